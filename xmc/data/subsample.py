@@ -1,0 +1,56 @@
+"""Deterministic subsampling for tests and quick runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.data.dataset import Split, XMCDataset
+
+
+def _take(split: Split, n: int, unit: str) -> Split:
+    if n <= 0:
+        return split
+    if unit == "instances" or split.groups is None:
+        keep = np.arange(min(n, len(split)))
+    elif unit == "documents":
+        order: dict[str | None, int] = {}
+        for g in split.groups:
+            order.setdefault(g, len(order))
+        keep = np.array([i for i, g in enumerate(split.groups) if order[g] < n], dtype=np.int64)
+    else:
+        raise ValueError(f"subsample unit must be 'documents' or 'instances', not {unit!r}")
+    return Split(
+        uids=[split.uids[i] for i in keep],
+        texts=[split.texts[i] for i in keep],
+        Y=split.Y[keep],
+        groups=[split.groups[i] for i in keep] if split.groups is not None else None,
+    )
+
+
+def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "documents",
+              labels: str = "all") -> XMCDataset:
+    """The first ``n_trn``/``n_tst`` documents (or instances) of each split; 0 keeps all.
+
+    ``labels='used'`` restricts the label space to labels that occur in the kept
+    instances (ids renumbered in their original order), which keeps encoder-based tests
+    small; ``'all'`` keeps every label so zero-shot labels stay in play.
+    """
+    trn, tst = _take(ds.trn, n_trn, unit), _take(ds.tst, n_tst, unit)
+    filt = ds.tst_filter
+    if filt is not None and tst is not ds.tst:
+        filt = filt[: len(tst)]
+    label_uids, label_texts = ds.label_uids, ds.label_texts
+    if labels == "used":
+        used = np.flatnonzero(np.asarray((trn.Y.sum(0) + tst.Y.sum(0))).ravel() > 0)
+        trn = Split(trn.uids, trn.texts, trn.Y[:, used].tocsr(), trn.groups)
+        tst = Split(tst.uids, tst.texts, tst.Y[:, used].tocsr(), tst.groups)
+        filt = filt[:, used].tocsr() if filt is not None else None
+        label_uids = [label_uids[i] for i in used]
+        label_texts = [label_texts[i] for i in used]
+    elif labels != "all":
+        raise ValueError(f"subsample labels must be 'all' or 'used', not {labels!r}")
+    meta = dict(ds.meta)
+    meta["subsample"] = {"trn": n_trn, "tst": n_tst, "unit": unit, "labels": labels}
+    return XMCDataset(label_uids, label_texts, trn, tst,
+                      sp.csr_matrix(filt) if filt is not None else None, meta)

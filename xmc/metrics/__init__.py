@@ -1,0 +1,128 @@
+"""XMC metrics: P@k, nDCG@k, PSP@k, R@k, unseen-label recall and recall by label frequency.
+
+Conventions (those of the XC repository / pyxclib):
+
+* P@k, nDCG@k and PSP@k are averaged over all test rows; a row without positives
+  contributes 0. R@k is averaged over rows with at least one positive.
+* PSP@k is normalised by the best achievable value: the ratio of the summed
+  propensity-weighted hits to the summed weights of each row's k rarest positives.
+* Propensities follow Jain et al. (2016): p_l = 1 / (1 + C (N_l + B)^-A),
+  C = (ln N - 1)(B + 1)^A, with N training instances and N_l training occurrences.
+* Pairs in the optional filter matrix are removed from both predictions and truth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.predictions import TopK
+
+FREQ_BUCKETS: list[tuple[str, int, float]] = [
+    ("0 (unseen)", 0, 0),
+    ("1", 1, 1),
+    ("2-5", 2, 5),
+    ("6-20", 6, 20),
+    ("21-100", 21, 100),
+    (">100", 101, np.inf),
+]
+
+
+def inverse_propensity(train_label_freq: np.ndarray, n_train: int, a: float = 0.55, b: float = 1.5) -> np.ndarray:
+    """1 / p_l for every label (Jain et al., 2016)."""
+    c = (np.log(n_train) - 1.0) * (b + 1.0) ** a
+    return 1.0 + c * (np.asarray(train_label_freq, dtype=np.float64) + b) ** (-a)
+
+
+def _apply_filter(pred: TopK, Y: sp.csr_matrix, filt: sp.csr_matrix | None) -> tuple[np.ndarray, sp.csr_matrix]:
+    idx = pred.indices.astype(np.int64)
+    if filt is None or filt.nnz == 0:
+        return idx, Y
+    filt = filt.tocsr()
+    L = Y.shape[1]
+    fkeys = np.sort(np.repeat(np.arange(filt.shape[0]), np.diff(filt.indptr)) * L + filt.indices)
+    keys = np.arange(idx.shape[0])[:, None] * L + idx
+    drop = np.isin(keys, fkeys) & (idx >= 0)
+    out = np.full_like(idx, -1)
+    for i in np.flatnonzero(drop.any(1)):
+        kept = idx[i][~drop[i]]
+        out[i, : len(kept)] = kept
+    rows_clean = ~drop.any(1)
+    out[rows_clean] = idx[rows_clean]
+    Yf = (Y - Y.multiply(filt)).tocsr()
+    Yf.eliminate_zeros()
+    return out, Yf
+
+
+def hit_matrix(idx: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
+    """hits[i, j] = 1 if predicted label idx[i, j] is a positive of row i."""
+    Y = Y.tocsr()
+    L = Y.shape[1]
+    true_keys = np.repeat(np.arange(Y.shape[0], dtype=np.int64), np.diff(Y.indptr)) * L + Y.indices
+    true_keys.sort()
+    keys = np.arange(idx.shape[0], dtype=np.int64)[:, None] * L + idx
+    pos = np.searchsorted(true_keys, keys)
+    pos = np.minimum(pos, max(len(true_keys) - 1, 0))
+    found = (true_keys[pos] == keys) if len(true_keys) else np.zeros_like(keys, dtype=bool)
+    return (found & (idx >= 0)).astype(np.float64)
+
+
+def evaluate_topk(
+    pred: TopK,
+    Y: sp.csr_matrix,
+    train_label_freq: np.ndarray,
+    n_train: int,
+    ks: tuple[int, ...] = (1, 3, 5),
+    recall_ks: tuple[int, ...] = (10, 100),
+    a: float = 0.55,
+    b: float = 1.5,
+    filt: sp.csr_matrix | None = None,
+) -> dict[str, Any]:
+    """All metrics of one method, as percentages (0-100), plus recall by frequency bucket."""
+    if pred.indices.shape[0] != Y.shape[0]:
+        raise ValueError(f"predictions have {pred.indices.shape[0]} rows, truth has {Y.shape[0]}")
+    max_k = max(max(ks), max(recall_ks))
+    if pred.k < max_k:
+        raise ValueError(f"predictions hold top-{pred.k}, metrics need top-{max_k}")
+    idx, Y = _apply_filter(pred, Y.tocsr(), filt)
+    n = Y.shape[0]
+    npos = np.diff(Y.indptr)
+    hits = hit_matrix(idx, Y)
+    inv_p = inverse_propensity(train_label_freq, n_train, a, b)
+    wt_hits = hits * np.where(idx >= 0, inv_p[np.maximum(idx, 0)], 0.0)
+    # best achievable PSP: each row's positives sorted by inverse propensity, descending
+    best = np.zeros((n, max(ks)))
+    for i in range(n):
+        w = np.sort(inv_p[Y.indices[Y.indptr[i]:Y.indptr[i + 1]]])[::-1][: max(ks)]
+        best[i, : len(w)] = w
+    disc = 1.0 / np.log2(np.arange(2, max_k + 2))
+    out: dict[str, Any] = {}
+    for k in ks:
+        out[f"P@{k}"] = 100 * float(hits[:, :k].sum(1).mean() / k)
+        dcg = (hits[:, :k] * disc[:k]).sum(1)
+        idcg = np.cumsum(disc[:k])[np.clip(np.minimum(npos, k) - 1, 0, None)]
+        out[f"nDCG@{k}"] = 100 * float(np.where(npos > 0, dcg / idcg, 0.0).mean())
+        denom = best[:, :k].sum()
+        out[f"PSP@{k}"] = 100 * float(wt_hits[:, :k].sum() / denom) if denom > 0 else 0.0
+    has = npos > 0
+    for k in recall_ks:
+        out[f"R@{k}"] = 100 * float((hits[has, :k].sum(1) / npos[has]).mean()) if has.any() else 0.0
+    # label-occurrence (micro) recall@100 by training frequency of the label
+    k_rec = max(recall_ks)
+    freq = np.asarray(train_label_freq)
+    hit_labels = idx[:, :k_rec][hits[:, :k_rec] > 0]
+    tot_by_label = np.bincount(Y.indices, minlength=Y.shape[1])
+    hit_by_label = np.bincount(hit_labels, minlength=Y.shape[1])
+    buckets = []
+    for name, lo, hi in FREQ_BUCKETS:
+        m = (freq >= lo) & (freq <= hi)
+        tot, hit = int(tot_by_label[m].sum()), int(hit_by_label[m].sum())
+        buckets.append({"bucket": name, "test_pairs": tot, f"recall@{k_rec}": 100 * hit / tot if tot else None})
+    unseen = buckets[0]
+    out[f"unseen_R@{k_rec}"] = unseen[f"recall@{k_rec}"] if unseen[f"recall@{k_rec}"] is not None else 0.0
+    out["n_test"] = int(n)
+    out["n_test_without_labels"] = int((~has).sum())
+    out["unseen_test_pairs"] = unseen["test_pairs"]
+    return {"metrics": out, "recall_by_frequency": buckets}
