@@ -76,3 +76,32 @@ def sha256_files(paths: list[Path]) -> str:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
     return h.hexdigest()
+
+
+def save_npz_deterministic(path: str | Path, compress: bool = True, **arrays: Any) -> None:
+    """Like ``np.savez_compressed`` but byte-identical for identical arrays.
+
+    numpy stamps each zip entry with the current time, so the same content hashes
+    differently on every run and DVC would rerun everything downstream.
+    """
+    import zipfile
+
+    import numpy as np
+
+    with atomic_file(path, "wb") as fh:
+        with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
+            for name, arr in arrays.items():
+                info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                info.compress_type = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+                with zf.open(info, "w", force_zip64=True) as entry:
+                    np.lib.format.write_array(entry, np.asanyarray(arr), allow_pickle=False)
+
+
+def save_csr(path: str | Path, matrix: Any) -> None:
+    """Deterministic CSR writer readable by ``scipy.sparse.load_npz``."""
+    import numpy as np
+
+    m = matrix.tocsr()
+    m.sort_indices()
+    save_npz_deterministic(path, indices=m.indices, indptr=m.indptr, format=np.array(b"csr"),
+                           shape=np.array(m.shape), data=m.data)

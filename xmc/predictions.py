@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from xmc.io import atomic_file
+from xmc.io import save_npz_deterministic
 
 
 @dataclass
@@ -27,8 +27,7 @@ class TopK:
         return self.indices.shape[1]
 
     def save(self, path: str | Path) -> None:
-        with atomic_file(path, "wb") as fh:
-            np.savez_compressed(fh, indices=self.indices.astype(np.int32), scores=self.scores.astype(np.float32))
+        save_npz_deterministic(path, indices=self.indices.astype(np.int32), scores=self.scores.astype(np.float32))
 
     @classmethod
     def load(cls, path: str | Path) -> TopK:

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 from tqdm import tqdm
 
-from xmc.io import atomic_dir
+from xmc.io import atomic_dir, save_csr
 from xmc.predictions import TopK, topk_from_scores, topk_from_sparse
 
 
@@ -29,7 +29,7 @@ class TfidfFeatures:
         with atomic_dir(out_dir) as tmp:
             joblib.dump(self.vectorizer, tmp / "vectorizer.joblib")
             for name in ("trn", "tst", "lbl"):
-                sp.save_npz(tmp / f"X_{name}.npz", getattr(self, name))
+                save_csr(tmp / f"X_{name}.npz", getattr(self, name))
 
     @classmethod
     def load(cls, in_dir: str | Path) -> TfidfFeatures:

@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmc.errors import DataFormatError
-from xmc.io import atomic_dir, sha256_files
+from xmc.io import atomic_dir, save_csr, sha256_files
 
 SPLITS = ("trn", "tst")
 
@@ -96,11 +96,11 @@ def save_processed(ds: XMCDataset, out_dir: str | Path) -> dict[str, Any]:
                 tmp / f"{name}.jsonl",
                 [{"uid": u, "text": t, "group": g} for u, t, g in zip(s.uids, s.texts, groups)],
             )
-            sp.save_npz(tmp / f"{name}_Y.npz", s.Y.tocsr().astype(np.float32))
+            save_csr(tmp / f"{name}_Y.npz", s.Y.tocsr().astype(np.float32))
         _write_jsonl(tmp / "lbl.jsonl", [{"uid": u, "text": t} for u, t in zip(ds.label_uids, ds.label_texts)])
         files = [tmp / f for f in ("trn.jsonl", "tst.jsonl", "lbl.jsonl", "trn_Y.npz", "tst_Y.npz")]
         if ds.tst_filter is not None:
-            sp.save_npz(tmp / "tst_filter.npz", ds.tst_filter.tocsr().astype(np.float32))
+            save_csr(tmp / "tst_filter.npz", ds.tst_filter.tocsr().astype(np.float32))
             files.append(tmp / "tst_filter.npz")
         meta = dict(ds.meta)
         meta["counts"] = ds.counts()

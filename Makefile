@@ -1,0 +1,47 @@
+# Two commands on a fresh machine: `make run` and `make test` (see README).
+PYTHON ?= python3
+VENV ?= .venv
+# CPU build of torch from the local wheel; GPU machines: make TORCH_SPEC=torch ...
+TORCH_SPEC ?= torch==2.13.0+cpu
+BIN := $(VENV)/bin
+
+# No network at run time, no telemetry.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export HF_DATASETS_OFFLINE := 1
+export PREFECT_SERVER_ANALYTICS_ENABLED := false
+export DO_NOT_TRACK := 1
+export DVC_NO_ANALYTICS := 1
+export GX_ANALYTICS_ENABLED := False
+export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
+export TOKENIZERS_PARALLELISM := false
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: setup run test repro report clean-outputs
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+.dvc/config:
+	@if git rev-parse --git-dir >/dev/null 2>&1; then $(BIN)/dvc init -q; else $(BIN)/dvc init -q --no-scm; fi
+	$(BIN)/dvc config core.analytics false
+
+setup: $(VENV)/.installed .dvc/config
+
+run: setup
+	$(BIN)/dvc repro
+	@echo
+	@cat reports/comparison.md
+	@echo "Validation report: reports/validation/report.html   Comparison: reports/comparison.html"
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+report: setup
+	@cat reports/comparison.md

@@ -1,0 +1,1 @@
+"""Prefect flows: they orchestrate DVC stages (when, where, retries); they hold no algorithm."""

@@ -1,0 +1,70 @@
+"""Build a throw-away git + DVC repository holding this project on a small real slice."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SEMCOR = (ROOT / ".." / "shared" / "datasets" / "semcor-wn30").resolve()
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"]
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{e.get('PATH', '')}"
+    e["PYTHONPATH"] = ""  # the copy's own xmc/ must be the one imported (cwd is on sys.path with -m)
+    e.update({"DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DO_NOT_TRACK": "1",
+              "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "GX_ANALYTICS_ENABLED": "False",
+              "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+              "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"})
+    return e
+
+
+def run(cmd: list[str], cwd: Path, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")
+    return p
+
+
+def set_param(repo: Path, dotted: str, value: Any) -> None:
+    path = repo / "params.yaml"
+    params = yaml.safe_load(path.read_text())
+    node = params
+    *parents, last = dotted.split(".")
+    for k in parents:
+        node = node[k]
+    node[last] = value
+    path.write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_docs: int = 1,
+              labels: str = "all", extra_params: dict[str, Any] | None = None) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(src, dest / name)
+    set_param(dest, "data.dataset_dir", str(dataset_dir))
+    set_param(dest, "data.subsample", {"trn": trn_docs, "tst": tst_docs, "unit": "documents", "labels": labels})
+    for k, v in (extra_params or {}).items():
+        set_param(dest, k, v)
+    run(["git", "init", "-q"], dest)
+    run(["dvc", "init", "-q"], dest)
+    run(["dvc", "config", "core.analytics", "false"], dest)
+    run(["git", "add", "-A"], dest)
+    run(["git", "commit", "-qm", "init"], dest)
+    return dest
+
+
+def stages_run(output: str) -> list[str]:
+    return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]

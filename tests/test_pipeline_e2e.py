@@ -1,0 +1,78 @@
+"""`dvc repro` end to end in a temporary git repository on a small real slice of semcor-wn30."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.pipeline_repo import SEMCOR, make_repo, run, set_param, stages_run
+
+pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return make_repo(tmp_path_factory.mktemp("pipeline"))
+
+
+def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
+    first = run(["dvc", "repro"], repo)
+    ran = stages_run(first.stdout)
+    assert {"ingest", "validate", "tfidf", "label_prior", "tfidf_zeroshot", "tfidf_knn", "report"} <= set(ran)
+    assert {"evaluate@label_prior", "evaluate@tfidf_zeroshot", "evaluate@tfidf_knn"} <= set(ran)
+
+    meta = json.loads((repo / "data/processed/meta.json").read_text())
+    assert meta["counts"]["trn"]["groups"] == 3 and meta["counts"]["tst"]["groups"] == 1
+    assert meta["counts"]["n_labels"] == 25819
+    for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn"):
+        metrics = json.loads((repo / f"metrics/{m}.json").read_text())
+        assert 0 <= metrics["P@1"] <= 100 and metrics["n_test"] == meta["counts"]["tst"]["instances"]
+    table = (repo / "reports/comparison.md").read_text()
+    assert "| tfidf_knn |" in table and "| label_prior |" in table
+    assert (repo / "reports/validation/report.html").read_text().count("<tr class=") >= 10
+
+    second = run(["dvc", "repro"], repo)
+    assert stages_run(second.stdout) == []
+    assert "up to date" in second.stdout
+
+    set_param(repo, "tfidf_knn.n_neighbors", 5)
+    third = run(["dvc", "repro"], repo)
+    assert sorted(stages_run(third.stdout)) == ["evaluate@tfidf_knn", "report", "tfidf_knn"]
+    # DVC sees the changed parameter and what it changed
+    diff = run(["dvc", "params", "diff"], repo).stdout
+    assert "tfidf_knn.n_neighbors" in diff
+
+
+def test_critical_validation_failure_stops_the_pipeline(tmp_path):
+    data = tmp_path / "bad_dataset"
+    data.mkdir()
+    (data / "lbl.raw.txt").write_text("alpha label\nbeta label\ngamma label\n")
+    (data / "trn.raw.txt").write_text("first training text\nsecond training text\nthird training text\n")
+    (data / "tst.raw.txt").write_text("a test text\n")
+    (data / "trn_X_Y.txt").write_text("3 3\n0:1.0 1:1.0\n\n2:1.0\n")  # row 2 has no label: critical
+    (data / "tst_X_Y.txt").write_text("1 3\n1:1.0\n")
+    repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0)
+    p = run(["dvc", "repro"], repo, check=False)
+    assert p.returncode != 0
+    err = p.stderr + p.stdout
+    assert "data validation failed: trn: every training instance has at least one label (1 unexpected)" in err
+    assert "Running stage 'tfidf'" not in p.stdout
+    summary = json.loads((repo / "reports/validation/summary.json").read_text())
+    assert summary["success"] is False and summary["metrics"]["critical_failures"] == 1
+
+
+def test_malformed_dataset_fails_ingest_with_one_line(tmp_path):
+    data = tmp_path / "bad_dataset"
+    data.mkdir()
+    (data / "lbl.raw.txt").write_text("alpha\nbeta\n")
+    (data / "trn.raw.txt").write_text("one\ntwo\n")
+    (data / "tst.raw.txt").write_text("three\n")
+    (data / "trn_X_Y.txt").write_text("2 2\n0:1.0\n7:1.0\n")
+    (data / "tst_X_Y.txt").write_text("1 2\n1:1.0\n")
+    repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0)
+    p = run(["python", "-m", "stages.ingest"], repo, check=False)
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines() == [f"error: {data / 'trn_X_Y.txt'}:3: label id 7 out of range [0, 2)"]
+    assert not (repo / "data/processed").exists()
+    assert not list((repo / "data").glob(".*tmp*")) if (repo / "data").exists() else True
