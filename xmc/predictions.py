@@ -47,6 +47,16 @@ def topk_from_scores(scores: np.ndarray, k: int) -> TopK:
     k_eff = min(k, L)
     part = np.argpartition(-scores, k_eff - 1, axis=1)[:, :k_eff] if k_eff < L else np.tile(np.arange(L), (n, 1))
     part_scores = np.take_along_axis(scores, part, axis=1)
+    if k_eff < L:
+        # argpartition picks arbitrarily among labels tied at the cut: redo those rows so the
+        # lowest label ids win, as everywhere else
+        kth = part_scores.min(axis=1, keepdims=True)
+        tied_rows = np.flatnonzero((scores >= kth).sum(axis=1) > k_eff)
+        for r in tied_rows:
+            above = np.flatnonzero(scores[r] > kth[r, 0])
+            at = np.flatnonzero(scores[r] == kth[r, 0])[: k_eff - len(above)]
+            part[r] = np.concatenate([above, at])
+            part_scores[r] = scores[r, part[r]]
     # lexsort: primary key score (desc), secondary label id (asc) for deterministic ties
     order = np.lexsort((part, -part_scores), axis=1)
     idx = np.take_along_axis(part, order, axis=1).astype(np.int32)

@@ -41,7 +41,14 @@ def _iter_decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
         raise DataFormatError(path, None, "file not found") from None
     with fh:
         n = 0
-        for n, raw in enumerate(fh, 1):
+        raw_lines = enumerate(fh, 1)
+        while True:
+            try:
+                n, raw = next(raw_lines)
+            except StopIteration:
+                break
+            except (OSError, EOFError) as e:  # corrupt or truncated gzip
+                raise DataFormatError(path, n + 1, f"unreadable compressed data ({e})") from None
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:

@@ -8,9 +8,9 @@ import scipy.sparse as sp
 from xmc.data.dataset import Split, XMCDataset
 
 
-def _take(split: Split, n: int, unit: str) -> Split:
+def _take(split: Split, n: int, unit: str) -> tuple[Split, np.ndarray]:
     if n <= 0:
-        return split
+        return split, np.arange(len(split))
     if unit == "instances" or split.groups is None:
         keep = np.arange(min(n, len(split)))
     elif unit == "documents":
@@ -25,7 +25,7 @@ def _take(split: Split, n: int, unit: str) -> Split:
         texts=[split.texts[i] for i in keep],
         Y=split.Y[keep],
         groups=[split.groups[i] for i in keep] if split.groups is not None else None,
-    )
+    ), keep
 
 
 def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "documents",
@@ -36,10 +36,9 @@ def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "docum
     instances (ids renumbered in their original order), which keeps encoder-based tests
     small; ``'all'`` keeps every label so zero-shot labels stay in play.
     """
-    trn, tst = _take(ds.trn, n_trn, unit), _take(ds.tst, n_tst, unit)
-    filt = ds.tst_filter
-    if filt is not None and tst is not ds.tst:
-        filt = filt[: len(tst)]
+    trn, _ = _take(ds.trn, n_trn, unit)
+    tst, tst_keep = _take(ds.tst, n_tst, unit)
+    filt = ds.tst_filter[tst_keep] if ds.tst_filter is not None else None
     label_uids, label_texts = ds.label_uids, ds.label_texts
     if labels == "used":
         used = np.flatnonzero(np.asarray((trn.Y.sum(0) + tst.Y.sum(0))).ravel() > 0)

@@ -1,0 +1,125 @@
+"""One small interface over faiss: build, search, save, load.
+
+``kind``: ``exact`` (IndexFlatIP, the default: up to a few hundred thousand labels it is fast
+and has recall 1), ``hnsw`` (IndexHNSWFlat, inner product) or ``ivf`` (IndexIVFFlat).
+GPU faiss is used for exact and IVF when it is installed and a GPU is present.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmc.errors import ConfigError
+from xmc.io import atomic_dir
+
+
+def gpu_available() -> bool:
+    import faiss
+
+    return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
+
+
+class ANNIndex:
+    def __init__(self, kind: str = "exact", hnsw_m: int = 32, ef_construction: int = 200, ef_search: int = 128,
+                 nlist: int | None = None, nprobe: int = 16, use_gpu: str | bool = "auto", threads: int | None = None) -> None:
+        if kind not in ("exact", "hnsw", "ivf"):
+            raise ConfigError(f"unknown index kind {kind!r} (expected exact, hnsw or ivf)")
+        self.kind, self.hnsw_m, self.ef_construction, self.ef_search = kind, hnsw_m, ef_construction, ef_search
+        self.nlist, self.nprobe, self.use_gpu, self.threads = nlist, nprobe, use_gpu, threads
+        self.index: Any = None
+        self.on_gpu = False
+
+    def config(self) -> dict[str, Any]:
+        return {"kind": self.kind, "hnsw_m": self.hnsw_m, "ef_construction": self.ef_construction,
+                "ef_search": self.ef_search, "nlist": self.nlist, "nprobe": self.nprobe}
+
+    def build(self, vectors: np.ndarray) -> ANNIndex:
+        import faiss
+
+        if self.threads:
+            faiss.omp_set_num_threads(self.threads)
+        x = np.ascontiguousarray(vectors, dtype=np.float32)
+        n, d = x.shape
+        if self.kind == "exact":
+            index = faiss.IndexFlatIP(d)
+        elif self.kind == "hnsw":
+            index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index.hnsw.efConstruction = self.ef_construction
+        else:
+            nlist = self.nlist or max(1, int(4 * np.sqrt(n)))
+            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
+        want_gpu = self.use_gpu is True or (self.use_gpu == "auto" and gpu_available())
+        if want_gpu and self.kind != "hnsw" and gpu_available():
+            self._res = faiss.StandardGpuResources()
+            index = faiss.index_cpu_to_gpu(self._res, 0, index)
+            self.on_gpu = True
+        if self.kind == "ivf":
+            index.train(x)
+        index.add(x)
+        self.index = index
+        self._apply_search_params()
+        return self
+
+    def _apply_search_params(self) -> None:
+        import faiss
+
+        if self.kind == "hnsw":
+            self.index.hnsw.efSearch = max(self.ef_search, 1)
+        elif self.kind == "ivf":
+            if self.on_gpu:
+                faiss.GpuParameterSpace().set_index_parameter(self.index, "nprobe", self.nprobe)
+            else:
+                self.index.nprobe = self.nprobe
+
+    @property
+    def ntotal(self) -> int:
+        return 0 if self.index is None else int(self.index.ntotal)
+
+    def search(self, queries: np.ndarray, k: int, batch_size: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, ids), each (n, k); ids are -1 where fewer than k results exist."""
+        if self.index is None:
+            raise RuntimeError("index not built")
+        q = np.ascontiguousarray(queries, dtype=np.float32)
+        k_eff = min(k, self.ntotal)
+        if self.kind == "hnsw":
+            self.index.hnsw.efSearch = max(self.ef_search, k_eff)
+        out_s, out_i = [], []
+        for s in range(0, len(q), batch_size):
+            D, I = self.index.search(q[s : s + batch_size], k_eff)
+            out_s.append(D)
+            out_i.append(I)
+        D = np.concatenate(out_s) if out_s else np.zeros((0, k_eff), np.float32)
+        I = np.concatenate(out_i) if out_i else np.zeros((0, k_eff), np.int64)
+        if k_eff < k:
+            D = np.pad(D, ((0, 0), (0, k - k_eff)), constant_values=-np.inf)
+            I = np.pad(I, ((0, 0), (0, k - k_eff)), constant_values=-1)
+        return D.astype(np.float32), I.astype(np.int64)
+
+    def save(self, path: str | Path) -> None:
+        import faiss
+
+        index = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index
+        with atomic_dir(path) as tmp:
+            faiss.write_index(index, str(tmp / "index.faiss"))
+            (tmp / "index.json").write_text(json.dumps(self.config(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path, use_gpu: str | bool = "auto") -> ANNIndex:
+        import faiss
+
+        path = Path(path)
+        if not (path / "index.faiss").exists():
+            raise ConfigError(f"{path / 'index.faiss'}: index not found")
+        obj = cls(**json.loads((path / "index.json").read_text()), use_gpu=use_gpu)
+        index = faiss.read_index(str(path / "index.faiss"))
+        if (use_gpu is True or (use_gpu == "auto" and gpu_available())) and obj.kind != "hnsw":
+            obj._res = faiss.StandardGpuResources()
+            index = faiss.index_cpu_to_gpu(obj._res, 0, index)
+            obj.on_gpu = True
+        obj.index = index
+        obj._apply_search_params()
+        return obj

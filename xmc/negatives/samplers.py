@@ -1,0 +1,120 @@
+"""In-batch negatives, an ANN-refreshed hard-negative shortlist, and all labels."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.ann import ANNIndex
+from xmc.errors import ConfigError
+from xmc.negatives.base import CandidateBatch, NegativeSampler, positives_mask, sample_positives
+
+log = logging.getLogger(__name__)
+
+
+class InBatchNegatives(NegativeSampler):
+    """Pool = the (sampled) positives of the batch's queries; each query's negatives are the others' positives."""
+
+    def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
+        pool = np.unique(sample_positives(self.Y, query_idx, self.max_positives_per_query, rng))
+        return CandidateBatch(query_idx, pool, positives_mask(self.Y, query_idx, pool))
+
+
+def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, size: int,
+                   index_kind: str = "exact") -> np.ndarray:
+    """Top-``size`` labels per query by inner product, positives removed; -1 pads (int32, N x size)."""
+    Y = Y.tocsr()
+    max_pos = int(np.diff(Y.indptr).max()) if Y.shape[0] else 0
+    index = ANNIndex(kind=index_kind).build(label_vecs)
+    _, ids = index.search(query_vecs, min(size + max_pos, label_vecs.shape[0]))
+    out = np.full((len(ids), size), -1, np.int32)
+    for i, row in enumerate(ids):
+        pos = Y.indices[Y.indptr[i] : Y.indptr[i + 1]]
+        keep = row[(row >= 0) & ~np.isin(row, pos)][:size]
+        out[i, : len(keep)] = keep
+    return out
+
+
+class HardNegativeShortlist(InBatchNegatives):
+    """In-batch pool plus ``negatives_per_query`` negatives drawn from each query's top-``shortlist_size``
+    labels under the current encoder (positives removed), refreshed every ``refresh_every_epochs``
+    epochs from ``start_epoch`` on (ANCE-style; DEXML §1.4)."""
+
+    def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, shortlist_size: int = 100,
+                 negatives_per_query: int = 1, refresh_every_epochs: int = 1, start_epoch: int = 0,
+                 index_kind: str = "exact", encode_batch_size: int = 256) -> None:
+        super().__init__(Y, max_positives_per_query)
+        if refresh_every_epochs < 1:
+            raise ConfigError("refresh_every_epochs must be >= 1")
+        self.shortlist_size, self.negatives_per_query = shortlist_size, negatives_per_query
+        self.refresh_every_epochs, self.start_epoch = refresh_every_epochs, start_epoch
+        self.index_kind, self.encode_batch_size = index_kind, encode_batch_size
+        self.shortlist: np.ndarray | None = None
+        self.refreshed_at: list[int] = []
+        self.refresh_seconds: list[float] = []
+
+    def due(self, epoch: int) -> bool:
+        return epoch >= self.start_epoch and (epoch - self.start_epoch) % self.refresh_every_epochs == 0
+
+    def on_epoch_start(self, epoch: int, model: Any, query_texts: list[str]) -> None:
+        if not self.due(epoch) or epoch in self.refreshed_at:
+            return
+        t0 = time.perf_counter()
+        label_vecs = model.all_label_vectors(batch_size=self.encode_batch_size)
+        query_vecs = model.query_vectors_np(query_texts, batch_size=self.encode_batch_size)
+        self.refresh_from_vectors(query_vecs, label_vecs)
+        self.refreshed_at.append(epoch)
+        self.refresh_seconds.append(time.perf_counter() - t0)
+        log.info("hard-negative shortlist refreshed at epoch %d in %.1f s", epoch, self.refresh_seconds[-1])
+
+    def refresh_from_vectors(self, query_vecs: np.ndarray, label_vecs: np.ndarray) -> None:
+        self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind)
+
+    def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
+        pos = sample_positives(self.Y, query_idx, self.max_positives_per_query, rng)
+        parts = [pos]
+        if self.shortlist is not None and self.negatives_per_query > 0:
+            sl = self.shortlist[query_idx]
+            for row in sl:
+                cand = row[row >= 0]
+                if len(cand):
+                    parts.append(rng.choice(cand, min(self.negatives_per_query, len(cand)), replace=False))
+        pool = np.unique(np.concatenate(parts))
+        return CandidateBatch(query_idx, pool, positives_mask(self.Y, query_idx, pool))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"shortlist": self.shortlist, "refreshed_at": list(self.refreshed_at),
+                "refresh_seconds": list(self.refresh_seconds)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.shortlist = state.get("shortlist")
+        self.refreshed_at = list(state.get("refreshed_at", []))
+        self.refresh_seconds = list(state.get("refresh_seconds", []))
+
+
+class AllLabels(NegativeSampler):
+    """Every label is a candidate for every query (DEXML's main setting); the trainer chunks the
+    label side with gradient caching so memory is bounded by the chunk size."""
+
+    def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
+        return CandidateBatch(query_idx, None, positives_mask(self.Y, query_idx, None))
+
+
+def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> NegativeSampler:
+    kind = cfg.get("kind", "hard")
+    maxp = int(cfg.get("max_positives_per_query", 0))
+    if kind == "in_batch":
+        return InBatchNegatives(Y, maxp)
+    if kind == "hard":
+        return HardNegativeShortlist(
+            Y, maxp, shortlist_size=int(cfg.get("shortlist_size", 100)),
+            negatives_per_query=int(cfg.get("negatives_per_query", 1)),
+            refresh_every_epochs=int(cfg.get("refresh_every_epochs", 1)), start_epoch=int(cfg.get("start_epoch", 0)),
+            index_kind=cfg.get("index_kind", "exact"))
+    if kind == "all":
+        return AllLabels(Y, maxp)
+    raise ConfigError(f"unknown negatives kind {kind!r} (expected in_batch, hard or all)")

@@ -1,0 +1,36 @@
+"""Retrieval evaluation of a model during or after training (primary metric: P@1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.ann import ANNIndex
+from xmc.metrics import evaluate_topk
+from xmc.predictions import TopK
+
+
+def predict_topk(model: Any, texts: list[str], k: int = 100, index_kind: str = "exact",
+                 label_vectors: np.ndarray | None = None, batch_size: int = 256) -> TopK:
+    """Encode labels (unless given) and queries, exact/ANN inner-product search, top-k."""
+    lv = model.all_label_vectors(batch_size=batch_size) if label_vectors is None else label_vectors
+    qv = model.query_vectors_np(texts, batch_size=batch_size)
+    D, I = ANNIndex(kind=index_kind).build(lv).search(qv, k)
+    return TopK(I.astype(np.int32), D)
+
+
+class RetrievalEvaluator:
+    """Evaluates a model on held-out queries; declares ``primary_metric``."""
+
+    primary_metric = "P@1"
+
+    def __init__(self, texts: list[str], Y: sp.csr_matrix, train_label_freq: np.ndarray, n_train: int,
+                 k: int = 100, a: float = 0.55, b: float = 1.5) -> None:
+        self.texts, self.Y, self.freq, self.n_train, self.k, self.a, self.b = texts, Y, train_label_freq, n_train, k, a, b
+
+    def __call__(self, model: Any) -> dict[str, float]:
+        pred = predict_topk(model, self.texts, self.k)
+        m = evaluate_topk(pred, self.Y, self.freq, self.n_train, recall_ks=(10, self.k), a=self.a, b=self.b)["metrics"]
+        return {k: float(v) for k, v in m.items() if k[0] in "PnRu"}

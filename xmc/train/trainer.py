@@ -1,0 +1,249 @@
+"""The trainer every method uses.
+
+It knows a model (query/label vectors), a sampler (candidate pools) and a loss
+(scores, positives -> scalar); nothing about a particular loss or sampler. Features:
+AdamW with linear warm-up and decay, named parameter groups with their own learning
+rates, gradient clipping, bf16 autocast on GPU, all-label scoring with gradient caching
+over label chunks, checkpoints every epoch (and every N steps) with resume, a loss curve
+and per-epoch validation metrics as CSV for DVC plots, tqdm progress.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm import tqdm
+
+from xmc.negatives.base import CandidateBatch, NegativeSampler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 1
+    batch_size: int = 64
+    lr: float = 1e-4
+    group_lr: dict[str, float] = field(default_factory=dict)  # parameter-group name -> lr
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    grad_clip: float = 1.0
+    label_chunk_size: int = 2048  # all-labels mode: labels re-encoded per chunk (bounds memory)
+    amp: str = "auto"  # auto (bf16 on CUDA) | off
+    seed: int = 0
+    max_steps_per_epoch: int = 0  # 0 = full epochs; >0 caps the budget (CPU profiles)
+    checkpoint_every_steps: int = 0
+    device: str = "auto"
+
+    @classmethod
+    def from_params(cls, p: dict[str, Any]) -> TrainConfig:
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in p.items() if k in known})
+
+    def fingerprint(self, extra: dict[str, Any] | None = None) -> str:
+        blob = json.dumps({**asdict(self), **(extra or {})}, sort_keys=True, default=str)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _no_decay(name: str, p: nn.Parameter) -> bool:
+    return p.ndim < 2 or "LayerNorm" in name or "layer_norm" in name or name.endswith(".bias")
+
+
+class Trainer:
+    def __init__(self, model: nn.Module, sampler: NegativeSampler, loss: nn.Module, config: TrainConfig,
+                 query_texts: list[str], out_dir: str | Path, evaluator: Callable[[Any], dict[str, float]] | None = None,
+                 eval_every_epochs: int = 0, fingerprint_extra: dict[str, Any] | None = None) -> None:
+        self.model, self.sampler, self.loss_fn, self.cfg = model, sampler, loss, config
+        self.query_texts = query_texts
+        self.out_dir = Path(out_dir)
+        self.ckpt_path = self.out_dir / "checkpoint.pt"
+        self.evaluator, self.eval_every_epochs = evaluator, eval_every_epochs
+        self.device = resolve_device(config.device)
+        self.model.to(self.device)
+        self.fingerprint = config.fingerprint(fingerprint_extra)
+        self.history: dict[str, list[dict[str, Any]]] = {"loss": [], "val": [], "epochs": []}
+        self.optimizer = self._make_optimizer()
+        n_batches = len(self.sampler.query_batches(0, config.batch_size, config.seed))
+        self.steps_per_epoch = min(n_batches, config.max_steps_per_epoch) if config.max_steps_per_epoch else n_batches
+        self.total_steps = max(1, self.steps_per_epoch * config.epochs)
+        warm = int(config.warmup_ratio * self.total_steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (self.total_steps - s) / max(1, self.total_steps - warm)))
+        self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
+        self.use_amp = config.amp == "auto" and self.device.type == "cuda"
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        groups = []
+        named = {id(p): n for n, p in self.model.named_parameters()}
+        for gname, params in self.model.param_groups().items():
+            lr = float(self.cfg.group_lr.get(gname, self.cfg.lr))
+            decay = [p for p in params if not _no_decay(named.get(id(p), ""), p)]
+            no_decay = [p for p in params if _no_decay(named.get(id(p), ""), p)]
+            if decay:
+                groups.append({"params": decay, "lr": lr, "weight_decay": self.cfg.weight_decay, "name": gname})
+            if no_decay:
+                groups.append({"params": no_decay, "lr": lr, "weight_decay": 0.0, "name": f"{gname}_no_decay"})
+        return torch.optim.AdamW(groups)
+
+    # ---- checkpoints -------------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        state = {
+            "fingerprint": self.fingerprint, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
+            "global_step": self.global_step, "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "sampler": self.sampler.state_dict(), "history": self.history,
+            "torch_rng": torch.get_rng_state(),
+        }
+        tmp = self.ckpt_path.with_suffix(".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, self.ckpt_path)
+
+    def try_resume(self) -> bool:
+        if not self.ckpt_path.exists():
+            return False
+        state = torch.load(self.ckpt_path, map_location=self.device, weights_only=False)
+        if state.get("fingerprint") != self.fingerprint:
+            log.info("checkpoint %s is from other settings; starting afresh", self.ckpt_path)
+            return False
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.sampler.load_state_dict(state["sampler"])
+        self.history = state["history"]
+        torch.set_rng_state(state["torch_rng"])
+        self.epoch, self.step_in_epoch, self.global_step = state["epoch"], state["step_in_epoch"], state["global_step"]
+        log.info("resumed from %s at epoch %d step %d", self.ckpt_path, self.epoch, self.step_in_epoch)
+        return True
+
+    # ---- one step ----------------------------------------------------------------------------
+    def _scores(self, batch: CandidateBatch, q: torch.Tensor):
+        z = self.model.label_vectors(batch.label_ids)
+        return q @ z.T
+
+    def _step(self, batch: CandidateBatch) -> float:
+        texts = [self.query_texts[i] for i in batch.query_idx]
+        pos = batch.positives.to(self.device)
+        valid = batch.valid.to(self.device) if batch.valid is not None else None
+        weights = batch.weights.to(self.device) if batch.weights is not None else None
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_amp):
+            if batch.label_ids is None:
+                return self._all_labels_step(texts, pos, valid, weights)
+            if hasattr(self.model, "pair_vectors"):
+                q, z = self.model.pair_vectors(texts, batch.label_ids)
+            else:
+                q, z = self.model.query_vectors(texts), self.model.label_vectors(batch.label_ids)
+            loss = self.loss_fn((q @ z.T).float(), pos, valid, weights)
+        loss.backward()
+        return float(loss.detach())
+
+    def _all_labels_step(self, texts: list[str], pos, valid, weights) -> float:
+        """Gradient caching (Gao et al., 2021): score against every label without holding L graphs.
+
+        1) label vectors under no-grad, chunk by chunk (RNG state kept per chunk);
+        2) loss on the B x L scores, backward to the query tower and to the cached label vectors;
+        3) re-encode each chunk with a graph (same RNG state, so the same dropout) and
+           backpropagate its cached gradient. Memory is bounded by the chunk size.
+        """
+        L, chunk = self.model.n_labels, self.cfg.label_chunk_size
+        starts = list(range(0, L, chunk))
+        rng_states, cached = [], []
+        with torch.no_grad():
+            for s in starts:
+                rng_states.append(torch.get_rng_state())
+                cached.append(self.model.label_vectors(np.arange(s, min(s + chunk, L))).float())
+        Z = torch.cat(cached).requires_grad_(True)
+        q = self.model.query_vectors(texts)
+        loss = self.loss_fn((q.float() @ Z.T), pos, valid, weights)
+        loss.backward()
+        G = Z.grad
+        current = torch.get_rng_state()
+        for s, st in zip(starts, rng_states):
+            torch.set_rng_state(st)
+            z = self.model.label_vectors(np.arange(s, min(s + chunk, L)))
+            z.float().backward(G[s : s + chunk])
+        torch.set_rng_state(current)
+        return float(loss.detach())
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def fit(self) -> dict[str, Any]:
+        torch.manual_seed(self.cfg.seed)
+        self.try_resume()
+        self.model.train()
+        t_start = time.perf_counter()
+        while self.epoch < self.cfg.epochs:
+            epoch = self.epoch
+            t_epoch = time.perf_counter()
+            self.sampler.on_epoch_start(epoch, self.model, self.query_texts)
+            self.model.train()
+            batches = self.sampler.query_batches(epoch, self.cfg.batch_size, self.cfg.seed)[: self.steps_per_epoch]
+            bar = tqdm(total=len(batches), initial=self.step_in_epoch, desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
+                       unit="step", mininterval=5)
+            for i in range(self.step_in_epoch, len(batches)):
+                rng = np.random.default_rng([self.cfg.seed, epoch, i])
+                batch = self.sampler.make_batch(batches[i], rng)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = self._step(batch)
+                if self.cfg.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+                self.optimizer.step()
+                self.scheduler.step()
+                self.global_step += 1
+                self.step_in_epoch = i + 1
+                self.history["loss"].append({"step": self.global_step, "epoch": epoch + 1, "loss": round(loss, 6),
+                                             "lr": self.scheduler.get_last_lr()[0]})
+                bar.set_postfix(loss=f"{loss:.4f}")
+                bar.update(1)
+                if self.cfg.checkpoint_every_steps and self.step_in_epoch % self.cfg.checkpoint_every_steps == 0:
+                    self.save_checkpoint()
+            bar.close()
+            epoch_seconds = time.perf_counter() - t_epoch
+            val: dict[str, Any] = {}
+            if self.evaluator is not None and self.eval_every_epochs and (epoch + 1) % self.eval_every_epochs == 0:
+                val = {"epoch": epoch + 1, **self.evaluator(self.model)}
+                self.history["val"].append(val)
+                log.info("epoch %d validation: %s", epoch + 1, {k: round(v, 2) for k, v in val.items() if k != "epoch"})
+                self.model.train()
+            self.history["epochs"].append({"epoch": epoch + 1, "seconds": round(epoch_seconds, 2),
+                                           "steps": len(batches)})
+            self.epoch, self.step_in_epoch = epoch + 1, 0
+            self.save_checkpoint()
+        self.model.eval()
+        return {"train_seconds_this_run": time.perf_counter() - t_start, "history": self.history}
+
+    def write_curves(self, plots_dir: str | Path) -> None:
+        """loss.csv (per step) and validation.csv (per epoch) for DVC plots."""
+        d = Path(plots_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, rows in (("loss", self.history["loss"]), ("validation", self.history["val"])):
+            with open(d / f"{name}.csv", "w", newline="") as fh:
+                if rows:
+                    w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                    w.writeheader()
+                    w.writerows(rows)
+                else:
+                    fh.write("epoch\n")
+
+
+def steps_for_budget(n_queries: int, batch_size: int, epochs: int) -> int:
+    return epochs * math.ceil(n_queries / batch_size)
