@@ -38,12 +38,15 @@ class TextEncoder(nn.Module):
         """Embeddings as float32 numpy, in eval mode (no dropout), batched."""
         was_training = self.training
         self.eval()
-        out = []
+        # batches of similar length waste little compute on padding; results are put back in order
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        out = np.zeros((len(texts), self.dim), np.float32)
         it = range(0, len(texts), batch_size)
-        for s in tqdm(it, desc=f"encode {side}s", unit="batch", disable=not progress, leave=False):
-            out.append(self(texts[s : s + batch_size], side).float().cpu().numpy())
+        for s in tqdm(it, desc=f"encode {side} texts", unit="batch", disable=not progress, mininterval=10):
+            idx = order[s : s + batch_size]
+            out[idx] = self([texts[i] for i in idx], side).float().cpu().numpy()
         self.train(was_training)
-        return np.concatenate(out) if out else np.zeros((0, self.dim), np.float32)
+        return out
 
     def save(self, path: str | Path) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

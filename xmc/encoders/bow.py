@@ -43,10 +43,10 @@ class HashedBagOfWordsEncoder(TextEncoder):
         super().__init__()
         self.dim, self.n_buckets, self.ngram_max, self.tied = dim, n_buckets, ngram_max, tied
         g = torch.Generator().manual_seed(seed)
-        self.query_bag = nn.EmbeddingBag(n_buckets, dim, mode="sum")
+        self.query_bag = nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True)  # only touched rows get gradients
         with torch.no_grad():
             self.query_bag.weight.copy_(torch.randn(n_buckets, dim, generator=g) / dim**0.5)
-        self.label_bag = self.query_bag if tied else nn.EmbeddingBag(n_buckets, dim, mode="sum")
+        self.label_bag = self.query_bag if tied else nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True)
         if not tied:
             with torch.no_grad():
                 self.label_bag.weight.copy_(self.query_bag.weight)

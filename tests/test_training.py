@@ -1,0 +1,171 @@
+"""Samplers, gradient caching, the trainer's resume, and the ANN index, on small real-shaped data."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from xmc.ann import ANNIndex
+from xmc.encoders import HashedBagOfWordsEncoder
+from xmc.losses import DecoupledSoftmaxLoss
+from xmc.models import DualEncoderModel
+from xmc.negatives import AllLabels, HardNegativeShortlist, InBatchNegatives
+from xmc.negatives.samplers import mine_shortlist
+from xmc.train import Trainer, TrainConfig
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
+
+
+def toy(n_q=40, n_l=30, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = [" ".join(rng.choice(WORDS, 3)) + f" label{i}" for i in range(n_l)]
+    rows, cols, texts = [], [], []
+    for q in range(n_q):
+        pos = rng.choice(n_l, rng.integers(1, 4), replace=False)
+        rows += [q] * len(pos)
+        cols += list(pos)
+        texts.append(" ".join(labels[p] for p in pos))
+    Y = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_q, n_l))
+    return texts, labels, Y
+
+
+def test_in_batch_pool_is_union_of_positives_and_marks_all_true_labels():
+    Y = sp.csr_matrix(np.array([[1, 0, 1, 0, 0], [0, 1, 1, 0, 0], [0, 0, 0, 0, 1]], np.float32))
+    b = InBatchNegatives(Y).make_batch(np.array([0, 1]), np.random.default_rng(0))
+    assert b.label_ids.tolist() == [0, 1, 2]
+    assert b.positives.tolist() == [[True, False, True], [False, True, True]]
+
+
+def test_in_batch_positive_sampling_keeps_unsampled_true_labels_as_positives():
+    Y = sp.csr_matrix(np.array([[1, 1, 1, 1], [1, 0, 0, 0]], np.float32))
+    b = InBatchNegatives(Y, max_positives_per_query=1).make_batch(np.array([0, 1]), np.random.default_rng(1))
+    assert 0 in b.label_ids and len(b.label_ids) <= 2
+    # every pool label is a true label of query 0: none may be its negative
+    assert b.positives[0].all()
+
+
+def test_shortlist_removes_positives_and_orders_by_score():
+    Y = sp.csr_matrix(np.array([[1, 0, 0, 0, 0], [0, 0, 0, 0, 1]], np.float32))
+    labels = np.eye(5, dtype=np.float32)
+    queries = np.array([[0.9, 0.8, 0.1, 0.5, 0.0], [0.0, 0.1, 0.2, 0.3, 1.0]], np.float32)
+    sl = mine_shortlist(Y, queries, labels, size=3)
+    assert sl.tolist() == [[1, 3, 2], [3, 2, 1]]
+
+
+def test_shortlist_refresh_schedule_and_negatives_in_pool():
+    texts, labels, Y = toy()
+    s = HardNegativeShortlist(Y, shortlist_size=5, negatives_per_query=2, refresh_every_epochs=2, start_epoch=1)
+    assert [e for e in range(7) if s.due(e)] == [1, 3, 5]
+    model = DualEncoderModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1024), labels)
+    s.on_epoch_start(0, model, texts)
+    assert s.shortlist is None
+    s.on_epoch_start(1, model, texts)
+    assert s.shortlist.shape == (len(texts), 5) and s.refreshed_at == [1]
+    for q in range(len(texts)):
+        assert not set(s.shortlist[q]) & set(Y[q].indices)
+    b = s.make_batch(np.arange(8), np.random.default_rng(0))
+    negs = set(s.shortlist[:8].ravel()) - {-1}
+    assert set(b.label_ids) & negs
+    for i, q in enumerate(range(8)):  # positives mask is exactly the truth restricted to the pool
+        assert b.positives[i].numpy().tolist() == [bool(Y[q, l]) for l in b.label_ids]
+
+
+def test_gradient_cached_all_labels_step_equals_naive_gradients():
+    texts, labels, Y = toy(n_q=6, n_l=23)
+    torch.manual_seed(0)
+    enc = HashedBagOfWordsEncoder(dim=8, n_buckets=512, tied=False)
+    model = DualEncoderModel(enc, labels)
+    loss = DecoupledSoftmaxLoss(0.1)
+    tr = Trainer(model, AllLabels(Y), loss, TrainConfig(label_chunk_size=5, batch_size=6), texts, "/nonexistent")
+    batch = AllLabels(Y).make_batch(np.arange(6), np.random.default_rng(0))
+    model.zero_grad()
+    tr._step(batch)
+    cached = [p.grad.to_dense().clone() for p in model.parameters()]
+    model.zero_grad()
+    q = model.query_vectors(texts)
+    z = model.label_vectors(np.arange(len(labels)))
+    loss(q @ z.T, batch.positives).backward()
+    naive = [p.grad.to_dense().clone() for p in model.parameters()]
+    for a, b in zip(cached, naive):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert any(g.abs().sum() > 0 for g in cached)
+
+
+class _Boom(Exception):
+    pass
+
+
+class _FailingSampler(InBatchNegatives):
+    def __init__(self, Y, fail_at):
+        super().__init__(Y)
+        self.fail_at, self.calls = fail_at, 0
+
+    def make_batch(self, query_idx, rng):
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise _Boom()
+        return super().make_batch(query_idx, rng)
+
+
+def _train(tmp, Y, texts, labels, sampler, epochs=2):
+    torch.manual_seed(0)
+    model = DualEncoderModel(HashedBagOfWordsEncoder(dim=16, n_buckets=2048, seed=1), labels)
+    cfg = TrainConfig(epochs=epochs, batch_size=8, lr=0.05, checkpoint_every_steps=2, seed=3)
+    return model, Trainer(model, sampler, DecoupledSoftmaxLoss(0.1), cfg, texts, tmp)
+
+
+def test_killed_training_resumes_from_checkpoint_and_matches_uninterrupted(tmp_path):
+    texts, labels, Y = toy()
+    ref_model, ref = _train(tmp_path / "ref", Y, texts, labels, InBatchNegatives(Y))
+    ref.fit()
+
+    _, t1 = _train(tmp_path / "run", Y, texts, labels, _FailingSampler(Y, fail_at=8))  # dies in epoch 2, step 3
+    with pytest.raises(_Boom):
+        t1.fit()
+    m2, t2 = _train(tmp_path / "run", Y, texts, labels, InBatchNegatives(Y))
+    assert t2.try_resume() and (t2.epoch, t2.step_in_epoch) == (1, 2)
+    t2.fit()
+    assert t2.global_step == ref.global_step == 10
+    for a, b in zip(m2.state_dict().values(), ref_model.state_dict().values()):
+        assert torch.allclose(a, b, atol=1e-6)
+    assert [r["loss"] for r in t2.history["loss"]] == pytest.approx([r["loss"] for r in ref.history["loss"]], rel=1e-5)
+
+
+def test_checkpoint_from_other_settings_is_not_resumed(tmp_path):
+    texts, labels, Y = toy()
+    _, t = _train(tmp_path, Y, texts, labels, InBatchNegatives(Y), epochs=1)
+    t.fit()
+    _, t_other = _train(tmp_path, Y, texts, labels, InBatchNegatives(Y), epochs=3)
+    assert not t_other.try_resume()
+
+
+def test_training_reduces_loss_and_learns_the_toy_task(tmp_path):
+    texts, labels, Y = toy(n_q=60, n_l=30)
+    model, tr = _train(tmp_path, Y, texts, labels, InBatchNegatives(Y), epochs=15)
+    tr.fit()
+    losses = [r["loss"] for r in tr.history["loss"]]
+    assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+    D, I = ANNIndex().build(model.all_label_vectors(progress=False)).search(model.query_vectors_np(texts, progress=False), 1)
+    p_at_1 = np.mean([Y[q, I[q, 0]] > 0 for q in range(len(texts))])
+    assert p_at_1 > 0.8
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnsw", "ivf"])
+def test_ann_index_against_brute_force_and_save_load(tmp_path, kind):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 32)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    Q = X[:50] + 0.05 * rng.standard_normal((50, 32)).astype(np.float32)
+    truth = np.argsort(-(Q @ X.T), axis=1)[:, :10]
+    idx = ANNIndex(kind=kind, nlist=32, nprobe=32, ef_search=200).build(X)
+    D, I = idx.search(Q, 10)
+    recall = np.mean([len(set(I[i]) & set(truth[i])) / 10 for i in range(50)])
+    assert recall == 1.0 if kind == "exact" else recall > 0.9
+    assert np.all(np.diff(D, axis=1) <= 1e-6)
+    idx.save(tmp_path / "ix")
+    D2, I2 = ANNIndex.load(tmp_path / "ix").search(Q, 10)
+    assert (I2 == I).all()
+    _, I3 = idx.search(Q[:2], 3000)  # more than stored: padded with -1
+    assert (I3[:, 2000:] == -1).all()

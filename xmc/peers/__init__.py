@@ -1,0 +1,1 @@
+"""Peers run inside the same pipeline for side-by-side comparison."""
