@@ -56,13 +56,14 @@ def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[
 
 
 @task(name="dvc-stage", task_run_name="{stage}")
-def run_dvc_stage(stage: str, repo_dir: str) -> str:
+def run_dvc_stage(stage: str, repo_dir: str, force: bool = False) -> str:
     """``dvc repro --single-item <stage>``; output streamed to the Prefect log.
 
     Raises with the stage's last error line (stages print one line starting with 'error:').
     """
     logger = get_run_logger()
-    proc = subprocess.Popen(_dvc() + ["repro", "--single-item", stage], cwd=repo_dir, env=_env(),
+    cmd = _dvc() + ["repro", "--single-item"] + (["--force"] if force else []) + [stage]
+    proc = subprocess.Popen(cmd, cwd=repo_dir, env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     error_line, ran = "", False
     assert proc.stdout is not None

@@ -1,11 +1,14 @@
 """The pipeline flow: every DVC stage as a Prefect task, in DAG order.
 
-Run locally (ephemeral Prefect server): ``python -m flows.pipeline``.
+Heavy stages (``train*``, ``index@*``) go to the GPU work pool when a deployment
+``xmc-stage/gpu`` exists and its pool has an online worker; otherwise they run in-process.
+Run locally (ephemeral Prefect server): ``python -m flows.pipeline [stage ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -15,22 +18,64 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from flows.dvc_tasks import run_dvc_stage, stage_order
 from xmc.config import load_params, set_offline_env
 
+GPU_STAGE_PATTERNS = ("train@*", "train_*", "index@*")
+
+
+def _gpu_deployment_ready(name: str) -> bool:
+    """True when deployment ``name`` exists and its work pool has an online worker."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import WorkerFilter, WorkerFilterStatus
+
+    try:
+        with get_client(sync_client=True) as client:
+            dep = client.read_deployment_by_name(name)
+            if not dep.work_pool_name:
+                return False
+            workers = client.read_workers_for_work_pool(
+                dep.work_pool_name, worker_filter=WorkerFilter(status=WorkerFilterStatus(any_=["ONLINE"])))
+            return len(workers) > 0
+    except Exception:  # no such deployment / pool, or no API: run in-process
+        return False
+
+
+def _run_on_gpu(stage: str, repo_dir: str, deployment: str, timeout: float) -> str:
+    from prefect.deployments import run_deployment
+
+    run = run_deployment(deployment, parameters={"stage": stage, "repo_dir": repo_dir}, timeout=timeout,
+                         flow_run_name=f"stage-{stage}")
+    if not run.state or not run.state.is_completed():
+        raise RuntimeError(f"stage {stage} on {deployment} ended {run.state.name if run.state else 'without state'}: "
+                           f"{run.state.message if run.state else ''}")
+    return "ran-on-gpu-pool"
+
 
 @flow(name="xmc-pipeline", log_prints=True)
-def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None) -> dict[str, Any]:
+def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
+                 gpu_deployment: str | None = "xmc-stage/gpu") -> dict[str, Any]:
     """Reproduce the DVC pipeline (or ``targets`` and their upstream), stage by stage."""
     logger = get_run_logger()
     repo = Path(repo_dir).resolve()
     orch = load_params(repo / "params.yaml").get("orchestration", {})
     order = stage_order(repo, targets)
     logger.info("stages in order: %s", order)
+    use_gpu = bool(gpu_deployment) and _gpu_deployment_ready(gpu_deployment)
+    logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else "none online; heavy stages run in-process")
+    timeout = float(orch.get("stage_timeout_seconds", 3600))
     results: dict[str, Any] = {}
     for stage in order:
+        if use_gpu and any(fnmatch.fnmatch(stage, p) for p in GPU_STAGE_PATTERNS):
+            results[stage] = _run_on_gpu(stage, str(repo), gpu_deployment, timeout)
+            continue
         # validation failures are data problems: retrying cannot fix them
         retries = 0 if stage == "validate" else int(orch.get("retries", 1))
         t = run_dvc_stage.with_options(retries=retries, retry_delay_seconds=float(orch.get("retry_delay_seconds", 10)),
-                                       timeout_seconds=float(orch.get("stage_timeout_seconds", 3600)))
+                                       timeout_seconds=timeout)
         results[stage] = t(stage, str(repo))
+    publish_artifacts(repo)
+    return results
+
+
+def publish_artifacts(repo: Path) -> None:
     report = repo / "reports" / "comparison.md"
     if report.exists():
         create_markdown_artifact(key="xmc-comparison", markdown=report.read_text(encoding="utf-8"),
@@ -38,16 +83,17 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None) -> dict[
     validation = repo / "reports" / "validation" / "report.html"
     if validation.exists():
         create_link_artifact(key="xmc-data-validation", link=validation.as_uri(), link_text="Data-validation report")
-    return results
 
 
 def main() -> None:
     set_offline_env()
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repo-dir", default=".")
+    ap.add_argument("--no-gpu-pool", action="store_true")
     ap.add_argument("targets", nargs="*", help="DVC stages to reproduce (default: all)")
     args = ap.parse_args()
-    print(xmc_pipeline(repo_dir=args.repo_dir, targets=args.targets or None))
+    print(xmc_pipeline(repo_dir=args.repo_dir, targets=args.targets or None,
+                       gpu_deployment=None if args.no_gpu_pool else "xmc-stage/gpu"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,27 @@
+"""Data-validation flow: ingest + validate only; fails loudly on a critical expectation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_link_artifact, create_table_artifact
+
+from flows.dvc_tasks import run_dvc_stage, stage_order
+
+
+@flow(name="xmc-data-validation", log_prints=True)
+def xmc_data_validation(repo_dir: str = ".") -> dict:
+    logger = get_run_logger()
+    repo = Path(repo_dir).resolve()
+    for stage in stage_order(repo, ["validate"]):
+        run_dvc_stage.with_options(retries=0)(stage, str(repo))
+    summary = json.loads((repo / "reports/validation/summary.json").read_text())
+    create_link_artifact(key="xmc-data-validation", link=(repo / "reports/validation/report.html").as_uri(),
+                         link_text="Data-validation report")
+    create_table_artifact(key="xmc-validation-checks", table=[
+        {"table": c["table"], "check": c["description"], "severity": c["severity"], "passed": c["success"]}
+        for c in summary["checks"]])
+    logger.info("validation: %s", summary["metrics"])
+    return summary["metrics"]

@@ -1,0 +1,83 @@
+"""Dense stages through DVC on a tiny real slice: train, index, evaluate, report; kill and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+import torch
+
+from tests.pipeline_repo import SEMCOR, env, make_repo, run, stages_run
+
+pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
+
+TINY = {
+    "dual_encoder.train.max_steps_per_epoch": 3,
+    "dual_encoder.train.batch_size": 16,
+    "dual_encoder.train.checkpoint_every_steps": 1,
+    "bow_encoder.train.epochs": 2,
+    "bow_encoder.encoder.n_buckets": 4096,
+}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return make_repo(tmp_path_factory.mktemp("dense"), trn_docs=2, tst_docs=1, labels="used", extra_params=TINY)
+
+
+def test_dense_methods_train_index_and_land_in_the_report(repo):
+    p = run(["dvc", "repro"], repo, timeout=900)
+    ran = set(stages_run(p.stdout))
+    for name in ("dexml", "dexml_bow", "dexml_bow_softmax", "dexml_bow_inbatch"):
+        assert f"train@{name}" in ran and f"index@{name}" in ran and f"evaluate@{name}" in ran
+    assert {"train_st_mnrl", "pretrained@minilm_zeroshot", "index@st_mnrl"} <= ran
+    table = (repo / "reports/comparison.md").read_text()
+    for m in ("minilm_zeroshot", "st_mnrl", "dexml", "dexml_bow_inbatch"):
+        assert f"| {m} |" in table
+    # the trained DEXML model is a sentence-transformers folder and differs from the base model
+    from sentence_transformers import SentenceTransformer
+
+    a = SentenceTransformer(str(repo / "models/dexml"), device="cpu").encode(["a test sentence"])
+    b = SentenceTransformer(str(repo / "models/minilm_zeroshot"), device="cpu").encode(["a test sentence"])
+    assert abs(a - b).max() > 1e-4
+    dex = json.loads((repo / "metrics/dexml.json").read_text())
+    assert dex["train_seconds"] > 0 and dex["n_test"] > 0
+    summary = json.loads((repo / "models/dexml/train_summary.json").read_text())
+    assert summary["steps"] == 3 and summary["refreshed_at_epochs"] == [0]
+    assert (repo / "plots/train/dexml_bow/loss.csv").read_text().startswith("step,epoch,loss,lr")
+    assert "P@1" in (repo / "plots/train/dexml_bow/validation.csv").read_text()
+    assert stages_run(run(["dvc", "repro"], repo).stdout) == []
+
+
+def test_killed_training_resumes_from_last_checkpoint(repo):
+    from tests.pipeline_repo import set_param
+
+    set_param(repo, "dual_encoder.train.max_steps_per_epoch", 8)
+    ckpt = repo / "checkpoints/dexml/checkpoint.pt"
+    proc = subprocess.Popen(["dvc", "repro", "train@dexml"], cwd=repo, env=env(), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    step = 0
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if ckpt.exists():
+                try:
+                    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+                    step = state["step_in_epoch"]
+                except Exception:  # being replaced right now
+                    step = 0
+                if 2 <= step < 8 and state["global_step"] == step:
+                    break
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # kill dvc and the training process mid-epoch
+        proc.wait(timeout=30)
+    assert 2 <= step < 8, "training did not reach a mid-epoch checkpoint in time"
+    p = run(["dvc", "repro", "train@dexml"], repo, timeout=600)
+    assert "resumed from" in p.stderr
+    summary = json.loads((repo / "models/dexml/train_summary.json").read_text())
+    assert summary["steps"] == 8

@@ -1,0 +1,172 @@
+"""Prefect orchestration against a real server on 127.0.0.1: pools, deployments from infra/prefect.yaml,
+a process worker, a triggered pipeline run, a cron run, retries, and a critical validation failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.pipeline_repo import ROOT, SEMCOR, make_repo, set_param
+from tests.prefect_stack import PrefectStack
+
+pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
+
+BASELINES_ONLY = ["label_prior", "tfidf_knn"]
+
+
+def _client_call(stack: PrefectStack, fn):
+    import os
+
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    async def run():
+        async with get_client() as c:
+            return await fn(c)
+
+    with temporary_settings({PREFECT_API_URL: stack.api}):
+        os.environ.setdefault("PREFECT_HOME", str(stack.home))
+        return asyncio.run(run())
+
+
+def wait_for_run(stack: PrefectStack, flow_run_id, timeout: float = 300):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        fr = _client_call(stack, lambda c: c.read_flow_run(flow_run_id))
+        if fr.state and fr.state.is_final():
+            return fr
+        time.sleep(2)
+    raise TimeoutError(f"flow run {flow_run_id} not finished in {timeout} s")
+
+
+def _flaky_stage(repo: Path) -> None:
+    """A stage that fails on its first attempt and succeeds on the second (retried by the flow)."""
+    dvc = yaml.safe_load((repo / "dvc.yaml").read_text())
+    dvc["stages"]["flaky"] = {
+        "cmd": "python -c \"import pathlib,sys; m=pathlib.Path('flaky.marker'); "
+               "sys.exit(0 if m.exists() and pathlib.Path('flaky.out').write_text('ok') else (m.write_text('1'), 1)[1])\"",
+        "outs": [{"flaky.out": {"cache": False}}],
+    }
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    home = tmp_path_factory.mktemp("prefect_home")
+    s = PrefectStack(home)
+    s.start_server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    r = make_repo(tmp_path_factory.mktemp("orch"), trn_docs=2, tst_docs=1, extra_params={
+        "methods": BASELINES_ONLY, "orchestration.retries": 1, "orchestration.retry_delay_seconds": 1})
+    _flaky_stage(r)
+    shutil.copytree(ROOT / "infra", r / "infra")
+    return r
+
+
+@pytest.fixture(scope="module")
+def deployed(stack, repo):
+    stack.cli("work-pool", "create", "cpu", "--type", "process")
+    stack.cli("work-pool", "create", "gpu", "--type", "process", "--base-job-template",
+              str(repo / "infra/work-pools/gpu-process.json"))
+    out = stack.cli("--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect.yaml", cwd=repo,
+                    XMC_REPO_DIR=str(repo))
+    assert "nightly-retrain" in out.stdout + out.stderr
+    stack.start_worker("cpu", "cpu-test", cwd=repo, PYTHONPATH=str(repo))
+    return repo
+
+
+def test_pools_and_deployments_from_prefect_yaml(stack, deployed):
+    deps = _client_call(stack, lambda c: c.read_deployments())
+    names = {d.name: d for d in deps}
+    assert {"nightly-retrain", "data-validation", "weekly-benchmark", "index-refresh", "gpu", "batch-predict"} <= set(names)
+    assert names["nightly-retrain"].work_pool_name == "cpu" and names["gpu"].work_pool_name == "gpu"
+    crons = {d.name: [s.schedule.cron for s in d.schedules] for d in deps}
+    assert crons["nightly-retrain"] == ["0 2 * * *"] and crons["weekly-benchmark"] == ["0 4 * * 0"]
+    pools = {p.name: p for p in _client_call(stack, lambda c: c.read_work_pools())}
+    assert {"cpu", "gpu"} <= set(pools)
+    assert "PYTORCH_CUDA_ALLOC_CONF" in json.dumps(pools["gpu"].base_job_template)
+
+
+def test_triggered_pipeline_run_completes_with_metrics_and_artifacts(stack, deployed):
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    t0 = time.time()
+    with temporary_settings({PREFECT_API_URL: stack.api}):
+        fr = run_deployment("xmc-pipeline/nightly-retrain", parameters={"targets": ["report"]}, timeout=0)
+    fr = wait_for_run(stack, fr.id, timeout=400)
+    assert fr.state.is_completed(), fr.state.message
+    for m in BASELINES_ONLY:
+        assert json.loads((deployed / f"metrics/{m}.json").read_text())["P@1"] >= 0
+    assert "| tfidf_knn |" in (deployed / "reports/comparison.md").read_text()
+    arts = _client_call(stack, lambda c: c.read_artifacts())
+    keys = {a.key for a in arts if a.flow_run_id == fr.id}
+    assert {"xmc-comparison", "xmc-data-validation"} <= keys
+    print(f"triggered run: {time.time() - t0:.1f} s from trigger to completion")
+
+
+def test_stage_failing_once_is_retried_and_run_completes(stack, deployed):
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: stack.api}):
+        fr = run_deployment("xmc-pipeline/nightly-retrain", parameters={"targets": ["flaky"]}, timeout=0)
+    fr = wait_for_run(stack, fr.id, timeout=300)
+    assert fr.state.is_completed(), fr.state.message
+    trs = _client_call(stack, lambda c: c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id]))))
+    flaky = [t for t in trs if t.name.startswith("flaky")]
+    assert flaky and flaky[0].run_count == 2 and flaky[0].state.is_completed()
+    assert (deployed / "flaky.out").read_text() == "ok"
+
+
+def test_cron_deployment_gets_an_automatic_run_that_completes(stack, deployed):
+    # a one-minute cron: the server's scheduler creates the run, the worker executes it
+    stack.cli("--no-prompt", "deploy", "flows/validation.py:xmc_data_validation", "--name", "every-minute",
+              "--pool", "cpu", "--cron", "* * * * *", "--param", f"repo_dir={deployed}", cwd=deployed,
+              XMC_REPO_DIR=str(deployed))
+    dep = _client_call(stack, lambda c: c.read_deployment_by_name("xmc-data-validation/every-minute"))
+    from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
+
+    deadline = time.time() + 200
+    done = None
+    while time.time() < deadline and done is None:
+        runs = _client_call(stack, lambda c: c.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[dep.id]))))
+        done = next((r for r in runs if r.state and r.state.is_completed() and r.auto_scheduled), None)
+        time.sleep(3)
+    assert done is not None, "no automatic run of the one-minute cron deployment completed within 200 s"
+    took = (done.end_time - done.expected_start_time).total_seconds()
+    print(f"scheduled run {done.name}: {took:.1f} s from its scheduled time to completion")
+    _client_call(stack, lambda c: c.pause_deployment(dep.id))
+
+
+def test_critical_validation_failure_fails_the_run_with_the_message(stack, deployed, tmp_path):
+    data = tmp_path / "bad"
+    data.mkdir()
+    (data / "lbl.raw.txt").write_text("alpha label\nbeta label\n")
+    (data / "trn.raw.txt").write_text("first text\nsecond text\n")
+    (data / "tst.raw.txt").write_text("test text\n")
+    (data / "trn_X_Y.txt").write_text("2 2\n0:1.0\n\n")
+    (data / "tst_X_Y.txt").write_text("1 2\n1:1.0\n")
+    set_param(deployed, "data.dataset_dir", str(data))
+    set_param(deployed, "data.subsample", {"trn": 0, "tst": 0, "unit": "documents", "labels": "all"})
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: stack.api}):
+        fr = run_deployment("xmc-data-validation/data-validation", timeout=0)
+    fr = wait_for_run(stack, fr.id, timeout=300)
+    assert fr.state.is_failed()
+    assert "data validation failed: trn: every training instance has at least one label (1 unexpected)" in fr.state.message

@@ -1,0 +1,65 @@
+"""Batch prediction with a trained encoder and its ANN index: texts -> top-k labels with scores."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmc.ann import ANNIndex
+from xmc.data.formats import _iter_decoded_lines
+from xmc.encoders import load_encoder
+from xmc.errors import DataFormatError
+from xmc.io import atomic_file
+
+
+def read_input_texts(path: str | Path) -> list[tuple[str, str]]:
+    """(id, text) pairs from a ``.txt`` (one text per line) or ``.jsonl`` (``{"id"?, "text"}``) file."""
+    path = Path(path)
+    out = []
+    for n, line in _iter_decoded_lines(path):
+        if path.suffix == ".jsonl":
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataFormatError(path, n, f"invalid JSON ({e.msg})") from None
+            text = rec.get("text") if isinstance(rec, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                raise DataFormatError(path, n, "missing or empty 'text'")
+            out.append((str(rec.get("id", n - 1)), text.strip()))
+        else:
+            if not line.strip():
+                raise DataFormatError(path, n, "empty text")
+            out.append((str(n - 1), line.strip()))
+    return out
+
+
+def predict_file(model_dir: str | Path, index_dir: str | Path, label_file: str | Path, input_path: str | Path,
+                 output_path: str | Path, k: int = 10, batch_size: int = 256) -> int:
+    """Write one JSON line per input text: ``{"id", "text", "labels": [{"label", "uid", "text", "score"}]}``."""
+    items = read_input_texts(input_path)
+    labels = [json.loads(line) for line in Path(label_file).read_text(encoding="utf-8").splitlines()]
+    encoder = load_encoder(model_dir)
+    index = ANNIndex.load(Path(index_dir) / "ann" if (Path(index_dir) / "ann").exists() else index_dir)
+    q = encoder.encode([t for _, t in items], "query", batch_size)
+    D, I = index.search(q, k)
+    with atomic_file(output_path) as fh:
+        for (uid, text), ids, scores in zip(items, I, D):
+            preds = [{"label": int(i), "uid": labels[i]["uid"], "text": labels[i]["text"], "score": round(float(s), 6)}
+                     for i, s in zip(ids, scores) if i >= 0]
+            fh.write(json.dumps({"id": uid, "text": text, "labels": preds}, ensure_ascii=False) + "\n")
+    return len(items)
+
+
+def iter_predictions(path: str | Path) -> Iterator[dict[str, Any]]:
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            yield json.loads(line)
+
+
+__all__ = ["iter_predictions", "predict_file", "read_input_texts", "np"]
