@@ -38,12 +38,21 @@ def test_in_batch_pool_is_union_of_positives_and_marks_all_true_labels():
     assert b.positives.tolist() == [[True, False, True], [False, True, True]]
 
 
-def test_in_batch_positive_sampling_keeps_unsampled_true_labels_as_positives():
-    Y = sp.csr_matrix(np.array([[1, 1, 1, 1], [1, 0, 0, 0]], np.float32))
-    b = InBatchNegatives(Y, max_positives_per_query=1).make_batch(np.array([0, 1]), np.random.default_rng(1))
-    assert 0 in b.label_ids and len(b.label_ids) <= 2
-    # every pool label is a true label of query 0: none may be its negative
-    assert b.positives[0].all()
+def test_unsampled_true_labels_in_the_pool_are_masked_or_positive_never_negative():
+    Y = sp.csr_matrix(np.array([[1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 1]], np.float32))
+    q = np.array([0, 1, 2])
+    masked = InBatchNegatives(Y, max_positives_per_query=1).make_batch(q, np.random.default_rng(1))
+    assert masked.label_ids.tolist() == sorted(set(masked.label_ids.tolist())) and {0, 3} <= set(masked.label_ids)
+    truth = np.array([[Y[i, l] > 0 for l in masked.label_ids] for i in q])
+    pos, valid = masked.positives.numpy(), masked.valid.numpy()
+    assert (pos.sum(1) == 1).all()  # exactly the sampled positive of each query
+    assert not (truth & ~pos & valid).any()  # no unsampled true label is left as a negative
+    assert (valid | truth).all()  # only true labels are masked
+    assert not pos[0].all() and truth[0].all()  # query 0: its other true labels are masked, not positives
+
+    every = InBatchNegatives(Y, max_positives_per_query=1, unsampled_positives="positive").make_batch(q, np.random.default_rng(1))
+    assert every.valid is None
+    assert every.positives.numpy().tolist() == [[Y[i, l] > 0 for l in every.label_ids] for i in q]
 
 
 def test_shortlist_removes_positives_and_orders_by_score():

@@ -7,10 +7,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from xmc.ann import ANNIndex
-from xmc.data.formats import _iter_decoded_lines
+from xmc.data.formats import read_json_lines, read_text_lines
 from xmc.encoders import load_encoder
 from xmc.errors import DataFormatError
 from xmc.io import atomic_file
@@ -20,22 +18,15 @@ def read_input_texts(path: str | Path) -> list[tuple[str, str]]:
     """(id, text) pairs from a ``.txt`` (one text per line) or ``.jsonl`` (``{"id"?, "text"}``) file."""
     path = Path(path)
     out = []
-    for n, line in _iter_decoded_lines(path):
-        if path.suffix == ".jsonl":
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, n, f"invalid JSON ({e.msg})") from None
-            text = rec.get("text") if isinstance(rec, dict) else None
+    if path.suffix == ".jsonl":
+        for n, rec in read_json_lines(path):
+            text = rec.get("text")
             if not isinstance(text, str) or not text.strip():
                 raise DataFormatError(path, n, "missing or empty 'text'")
             out.append((str(rec.get("id", n - 1)), text.strip()))
-        else:
-            if not line.strip():
-                raise DataFormatError(path, n, "empty text")
-            out.append((str(n - 1), line.strip()))
+    else:
+        uids, texts = read_text_lines(path)
+        out = list(zip(uids, texts))
     return out
 
 
@@ -62,4 +53,4 @@ def iter_predictions(path: str | Path) -> Iterator[dict[str, Any]]:
             yield json.loads(line)
 
 
-__all__ = ["iter_predictions", "predict_file", "read_input_texts", "np"]
+__all__ = ["iter_predictions", "predict_file", "read_input_texts"]

@@ -21,3 +21,12 @@ def mean_over_queries_with_positives(per_query: torch.Tensor, n_pos: torch.Tenso
     if not has.any():
         return per_query.sum() * 0.0
     return per_query[has].mean()
+
+
+def mean_over_positives(per_pair: torch.Tensor, pos: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """(1/|P_i|) sum_{j in P_i} per_pair_ij (optionally weighted), averaged over queries with positives."""
+    if weights is not None:
+        per_pair = per_pair * weights
+    n_pos = pos.sum(1)
+    per_query = (per_pair * pos).sum(1) / n_pos.clamp(min=1)
+    return mean_over_queries_with_positives(per_query, n_pos)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xmc.losses._common import NEG_INF, mean_over_queries_with_positives, prepare
+from xmc.losses._common import NEG_INF, mean_over_positives, prepare
 
 
 class DecoupledSoftmaxLoss(nn.Module):
@@ -27,8 +27,4 @@ class DecoupledSoftmaxLoss(nn.Module):
         neg_lse = torch.logsumexp(logits.masked_fill(~neg, NEG_INF), dim=1, keepdim=True)  # (B, 1)
         # -log sigma_ij = logaddexp(s_ij, LSE_neg) - s_ij
         per_pair = torch.logaddexp(logits, neg_lse) - logits
-        if weights is not None:
-            per_pair = per_pair * weights
-        n_pos = pos.sum(1)
-        per_query = (per_pair * pos).sum(1) / n_pos.clamp(min=1)
-        return mean_over_queries_with_positives(per_query, n_pos)
+        return mean_over_positives(per_pair, pos, weights)

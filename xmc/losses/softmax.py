@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xmc.losses._common import NEG_INF, mean_over_queries_with_positives, prepare
+from xmc.losses._common import NEG_INF, mean_over_positives, prepare
 
 
 class SoftmaxLoss(nn.Module):
@@ -24,8 +24,4 @@ class SoftmaxLoss(nn.Module):
         logits, pos, valid = prepare(scores, positives, valid, self.temperature)
         logp = torch.log_softmax(logits.masked_fill(~valid, NEG_INF), dim=1)
         per_pair = -logp
-        if weights is not None:
-            per_pair = per_pair * weights
-        n_pos = pos.sum(1)
-        per_query = (per_pair * pos).sum(1) / n_pos.clamp(min=1)
-        return mean_over_queries_with_positives(per_query, n_pos)
+        return mean_over_positives(per_pair, pos, weights)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from xmc.losses._common import NEG_INF, mean_over_queries_with_positives, prepare
+from xmc.losses._common import NEG_INF, mean_over_positives, prepare
 
 
 class _LogSoftTopK(torch.autograd.Function):
@@ -66,8 +66,4 @@ class SoftTopKLoss(nn.Module):
         k = min(self.k, int(valid.sum(1).min().item()) - 1)
         logz = log_soft_topk(logits.masked_fill(~valid, NEG_INF / self.alpha), k, self.alpha, self.n_iter)
         per_pair = -logz
-        if weights is not None:
-            per_pair = per_pair * weights
-        n_pos = pos.sum(1)
-        per_query = (per_pair * pos).sum(1) / n_pos.clamp(min=1)
-        return mean_over_queries_with_positives(per_query, n_pos)
+        return mean_over_positives(per_pair, pos, weights)

@@ -33,23 +33,48 @@ def positives_mask(Y: sp.csr_matrix, query_idx: np.ndarray, label_ids: np.ndarra
     return torch.from_numpy(rows.toarray() > 0)
 
 
-def sample_positives(Y: sp.csr_matrix, query_idx: np.ndarray, max_per_query: int, rng: np.random.Generator) -> np.ndarray:
-    """Up to ``max_per_query`` positives of each query, uniformly (0 = all)."""
+def sample_positives_per_query(Y: sp.csr_matrix, query_idx: np.ndarray, max_per_query: int,
+                               rng: np.random.Generator) -> list[np.ndarray]:
+    """Up to ``max_per_query`` positives of each query, uniformly (0 = all of them)."""
     out = []
     for q in query_idx:
         pos = Y.indices[Y.indptr[q] : Y.indptr[q + 1]]
         if max_per_query and len(pos) > max_per_query:
             pos = rng.choice(pos, max_per_query, replace=False)
         out.append(pos)
-    return np.concatenate(out) if out else np.zeros(0, np.int64)
+    return out
+
+
+def pool_batch(Y: sp.csr_matrix, query_idx: np.ndarray, sampled: list[np.ndarray], extra: list[np.ndarray],
+               unsampled_positives: str) -> CandidateBatch:
+    """The pool = sampled positives + extra labels; the targets of each query in it.
+
+    ``unsampled_positives`` says what a true label of a query is when it lands in the pool without
+    having been sampled for that query: ``"positive"`` (every in-pool true label is a positive) or
+    ``"mask"`` (left out of that query's loss, neither positive nor negative, as the DEXML code does
+    when it samples positives: otherwise frequent labels collect a positive term from every query
+    they belong to and the model drifts to the head). A true label is never a negative.
+    """
+    pool = np.unique(np.concatenate(sampled + extra)) if (sampled or extra) else np.zeros(0, np.int64)
+    truth = positives_mask(Y, query_idx, pool)
+    if unsampled_positives == "positive":
+        return CandidateBatch(query_idx, pool, truth)
+    if unsampled_positives != "mask":
+        raise ValueError(f"unsampled_positives must be 'positive' or 'mask', not {unsampled_positives!r}")
+    chosen = torch.zeros_like(truth)
+    col = {int(l): i for i, l in enumerate(pool)}
+    for b, pos in enumerate(sampled):
+        chosen[b, [col[int(l)] for l in pos]] = True
+    return CandidateBatch(query_idx, pool, chosen, valid=~(truth & ~chosen))
 
 
 class NegativeSampler:
     """Base: random query batches; subclasses choose the candidate pool."""
 
-    def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0) -> None:
+    def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, unsampled_positives: str = "mask") -> None:
         self.Y = Y.tocsr()
         self.max_positives_per_query = max_positives_per_query
+        self.unsampled_positives = unsampled_positives
 
     @property
     def n_labels(self) -> int:

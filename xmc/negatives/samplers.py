@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from xmc.ann import ANNIndex
 from xmc.errors import ConfigError
-from xmc.negatives.base import CandidateBatch, NegativeSampler, positives_mask, sample_positives
+from xmc.negatives.base import CandidateBatch, NegativeSampler, pool_batch, positives_mask, sample_positives_per_query
 
 log = logging.getLogger(__name__)
 
@@ -20,8 +20,8 @@ class InBatchNegatives(NegativeSampler):
     """Pool = the (sampled) positives of the batch's queries; each query's negatives are the others' positives."""
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
-        pool = np.unique(sample_positives(self.Y, query_idx, self.max_positives_per_query, rng))
-        return CandidateBatch(query_idx, pool, positives_mask(self.Y, query_idx, pool))
+        sampled = sample_positives_per_query(self.Y, query_idx, self.max_positives_per_query, rng)
+        return pool_batch(self.Y, query_idx, sampled, [], self.unsampled_positives)
 
 
 def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, size: int,
@@ -46,8 +46,8 @@ class HardNegativeShortlist(InBatchNegatives):
 
     def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, shortlist_size: int = 100,
                  negatives_per_query: int = 1, refresh_every_epochs: int = 1, start_epoch: int = 0,
-                 index_kind: str = "exact", encode_batch_size: int = 256) -> None:
-        super().__init__(Y, max_positives_per_query)
+                 index_kind: str = "exact", encode_batch_size: int = 256, unsampled_positives: str = "mask") -> None:
+        super().__init__(Y, max_positives_per_query, unsampled_positives)
         if refresh_every_epochs < 1:
             raise ConfigError("refresh_every_epochs must be >= 1")
         self.shortlist_size, self.negatives_per_query = shortlist_size, negatives_per_query
@@ -75,16 +75,14 @@ class HardNegativeShortlist(InBatchNegatives):
         self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind)
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
-        pos = sample_positives(self.Y, query_idx, self.max_positives_per_query, rng)
-        parts = [pos]
+        sampled = sample_positives_per_query(self.Y, query_idx, self.max_positives_per_query, rng)
+        extra = []
         if self.shortlist is not None and self.negatives_per_query > 0:
-            sl = self.shortlist[query_idx]
-            for row in sl:
+            for row in self.shortlist[query_idx]:
                 cand = row[row >= 0]
                 if len(cand):
-                    parts.append(rng.choice(cand, min(self.negatives_per_query, len(cand)), replace=False))
-        pool = np.unique(np.concatenate(parts))
-        return CandidateBatch(query_idx, pool, positives_mask(self.Y, query_idx, pool))
+                    extra.append(rng.choice(cand, min(self.negatives_per_query, len(cand)), replace=False))
+        return pool_batch(self.Y, query_idx, sampled, extra, self.unsampled_positives)
 
     def state_dict(self) -> dict[str, Any]:
         return {"shortlist": self.shortlist, "refreshed_at": list(self.refreshed_at),
@@ -107,14 +105,15 @@ class AllLabels(NegativeSampler):
 def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> NegativeSampler:
     kind = cfg.get("kind", "hard")
     maxp = int(cfg.get("max_positives_per_query", 0))
+    unsampled = cfg.get("unsampled_positives", "mask")
     if kind == "in_batch":
-        return InBatchNegatives(Y, maxp)
+        return InBatchNegatives(Y, maxp, unsampled)
     if kind == "hard":
         return HardNegativeShortlist(
             Y, maxp, shortlist_size=int(cfg.get("shortlist_size", 100)),
             negatives_per_query=int(cfg.get("negatives_per_query", 1)),
             refresh_every_epochs=int(cfg.get("refresh_every_epochs", 1)), start_epoch=int(cfg.get("start_epoch", 0)),
-            index_kind=cfg.get("index_kind", "exact"))
+            index_kind=cfg.get("index_kind", "exact"), unsampled_positives=unsampled)
     if kind == "all":
-        return AllLabels(Y, maxp)
+        return AllLabels(Y, maxp, unsampled)
     raise ConfigError(f"unknown negatives kind {kind!r} (expected in_batch, hard or all)")
