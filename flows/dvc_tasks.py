@@ -7,10 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import re
+
 import networkx as nx
 from prefect import get_run_logger, task
 
 from xmc.config import OFFLINE_ENV
+
+
+_TQDM = re.compile(r"\d+%\|")
 
 
 def _dvc() -> list[str]:
@@ -69,8 +74,8 @@ def run_dvc_stage(stage: str, repo_dir: str, force: bool = False) -> str:
     assert proc.stdout is not None
     for line in proc.stdout:
         line = line.rstrip()
-        if not line or "it/s]" in line or "chunk/s]" in line:
-            continue  # tqdm redraws: keep the Prefect log readable
+        if not line or (_TQDM.search(line) and "100%|" not in line):
+            continue  # tqdm redraws: keep the Prefect log readable (the final 100% line stays)
         logger.info("%s | %s", stage, line)
         if line.startswith("error:") or line.startswith("ERROR:"):
             error_line = error_line or line

@@ -1,4 +1,4 @@
-"""Evaluate one method's predictions -> metrics/<method>.json and plots/<method>/*.json.
+"""Evaluate one method's predictions -> metrics/<method>.json and plots/eval/<method>/*.json.
 
 Usage: ``python -m stages.evaluate <method>``
 """
@@ -36,7 +36,7 @@ def main() -> None:
     timing = read_json(pred_dir / "timing.json") if (pred_dir / "timing.json").exists() else {}
     m.update({k: timing[k] for k in ("train_seconds", "predict_seconds") if k in timing})
     write_json(Path("metrics") / f"{method}.json", m)
-    plots = Path("plots") / method
+    plots = Path("plots") / "eval" / method
     write_json(plots / "at_k.json", [{"k": k, "precision": m[f"P@{k}"], "ndcg": m[f"nDCG@{k}"], "psp": m[f"PSP@{k}"]} for k in ev["ks"]])
     write_json(plots / "recall_by_frequency.json", [
         {"bucket": b["bucket"], "recall": round(b[f"recall@{max(ev['recall_ks'])}"] or 0.0, 4), "test_pairs": b["test_pairs"]}

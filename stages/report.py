@@ -14,7 +14,7 @@ def main() -> None:
     rows = comparison_rows("metrics", params["methods"])
     out = Path("reports")
     title = f"XMC comparison on {Path(params['data']['dataset_dir']).name} (test split)"
-    images = render_plots(rows, "plots", out / "figures")
+    images = render_plots(rows, Path("plots") / "eval", out / "figures")
     with atomic_file(out / "comparison.md") as fh:
         fh.write(render_markdown(rows, title))
     with atomic_file(out / "comparison.html") as fh:

@@ -45,6 +45,9 @@ def setup_logging(level: str = "INFO") -> None:
         format='{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "message": "%(message)s"}',
         stream=sys.stderr,
     )
+    # third-party chatter that says nothing to a person reading a stage's log
+    for name in ("great_expectations._docs_decorators", "faiss.loader", "httpx"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def run_entry_point(main: Callable[[], None]) -> None:
