@@ -73,7 +73,7 @@ def render_html(summary: ValidationSummary, title: str = "Data validation report
     out.append(f"<p>Labels: {cnt.get('n_labels')}; filtered test pairs: {cnt.get('tst_filter_pairs', 0)}</p>" + _table(rows))
     lf = summary.label_frequency
     out.append("<h2>Label frequency</h2>")
-    out.append(_table([{k: v for k, v in lf.items() if not isinstance(v, dict)}]))
+    out.append(_table([{"measure": k.replace("_", " "), "value": v} for k, v in lf.items() if not isinstance(v, dict)]))
     if "train_freq_histogram" in lf:
         out.append(f"<img alt='label frequency histogram' src='data:image/png;base64,{_histogram_png(lf['train_freq_histogram'])}'>")
     for name, section in summary.extra_sections.items():
