@@ -68,3 +68,15 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
 
 def stages_run(output: str) -> list[str]:
     return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
+
+
+def write_xc_dataset(d: Path, labels: list[str], trn: list[str], tst: list[str], trn_rows: list[str],
+                     tst_rows: list[str]) -> Path:
+    """A small dataset in the XC raw layout (rows are ``lid:val ...`` strings, empty = no label)."""
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "lbl.raw.txt").write_text("".join(t + "\n" for t in labels))
+    (d / "trn.raw.txt").write_text("".join(t + "\n" for t in trn))
+    (d / "tst.raw.txt").write_text("".join(t + "\n" for t in tst))
+    (d / "trn_X_Y.txt").write_text(f"{len(trn_rows)} {len(labels)}\n" + "".join(r + "\n" for r in trn_rows))
+    (d / "tst_X_Y.txt").write_text(f"{len(tst_rows)} {len(labels)}\n" + "".join(r + "\n" for r in tst_rows))
+    return d

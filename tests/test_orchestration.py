@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.pipeline_repo import ROOT, SEMCOR, make_repo, set_param
+from tests.pipeline_repo import ROOT, SEMCOR, make_repo, set_param, write_xc_dataset
 from tests.prefect_stack import PrefectStack
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
@@ -153,13 +153,8 @@ def test_cron_deployment_gets_an_automatic_run_that_completes(stack, deployed):
 
 
 def test_critical_validation_failure_fails_the_run_with_the_message(stack, deployed, tmp_path):
-    data = tmp_path / "bad"
-    data.mkdir()
-    (data / "lbl.raw.txt").write_text("alpha label\nbeta label\n")
-    (data / "trn.raw.txt").write_text("first text\nsecond text\n")
-    (data / "tst.raw.txt").write_text("test text\n")
-    (data / "trn_X_Y.txt").write_text("2 2\n0:1.0\n\n")
-    (data / "tst_X_Y.txt").write_text("1 2\n1:1.0\n")
+    data = write_xc_dataset(tmp_path / "bad", ["alpha label", "beta label"], ["first text", "second text"], ["test text"],
+                            ["0:1.0", ""], ["1:1.0"])
     set_param(deployed, "data.dataset_dir", str(data))
     set_param(deployed, "data.subsample", {"trn": 0, "tst": 0, "unit": "documents", "labels": "all"})
     from prefect.deployments import run_deployment

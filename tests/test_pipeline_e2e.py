@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, make_repo, run, set_param, stages_run
+from tests.pipeline_repo import SEMCOR, make_repo, run, set_param, stages_run, write_xc_dataset
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
@@ -45,13 +45,9 @@ def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
 
 
 def test_critical_validation_failure_stops_the_pipeline(tmp_path):
-    data = tmp_path / "bad_dataset"
-    data.mkdir()
-    (data / "lbl.raw.txt").write_text("alpha label\nbeta label\ngamma label\n")
-    (data / "trn.raw.txt").write_text("first training text\nsecond training text\nthird training text\n")
-    (data / "tst.raw.txt").write_text("a test text\n")
-    (data / "trn_X_Y.txt").write_text("3 3\n0:1.0 1:1.0\n\n2:1.0\n")  # row 2 has no label: critical
-    (data / "tst_X_Y.txt").write_text("1 3\n1:1.0\n")
+    data = write_xc_dataset(tmp_path / "bad_dataset", ["alpha label", "beta label", "gamma label"],
+                            ["first training text", "second training text", "third training text"], ["a test text"],
+                            ["0:1.0 1:1.0", "", "2:1.0"], ["1:1.0"])  # training row 2 has no label: critical
     repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0)
     p = run(["dvc", "repro"], repo, check=False)
     assert p.returncode != 0
@@ -63,13 +59,8 @@ def test_critical_validation_failure_stops_the_pipeline(tmp_path):
 
 
 def test_malformed_dataset_fails_ingest_with_one_line(tmp_path):
-    data = tmp_path / "bad_dataset"
-    data.mkdir()
-    (data / "lbl.raw.txt").write_text("alpha\nbeta\n")
-    (data / "trn.raw.txt").write_text("one\ntwo\n")
-    (data / "tst.raw.txt").write_text("three\n")
-    (data / "trn_X_Y.txt").write_text("2 2\n0:1.0\n7:1.0\n")
-    (data / "tst_X_Y.txt").write_text("1 2\n1:1.0\n")
+    data = write_xc_dataset(tmp_path / "bad_dataset", ["alpha", "beta"], ["one", "two"], ["three"],
+                            ["0:1.0", "7:1.0"], ["1:1.0"])
     repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0)
     p = run(["python", "-m", "stages.ingest"], repo, check=False)
     assert p.returncode == 1
