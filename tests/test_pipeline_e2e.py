@@ -11,13 +11,17 @@ from tests.pipeline_repo import SEMCOR, make_repo, run, set_param, stages_run, w
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
 
+BASELINES = ["label_prior", "tfidf_zeroshot", "tfidf_knn"]
+
+
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    return make_repo(tmp_path_factory.mktemp("pipeline"))
+    # the report of the three baselines: the dense stages have their own tiny-budget test (test_dense_e2e)
+    return make_repo(tmp_path_factory.mktemp("pipeline"), extra_params={"methods": BASELINES})
 
 
 def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
-    first = run(["dvc", "repro"], repo)
+    first = run(["dvc", "repro", "report"], repo)
     ran = stages_run(first.stdout)
     assert {"ingest", "validate", "tfidf", "label_prior", "tfidf_zeroshot", "tfidf_knn", "report"} <= set(ran)
     assert {"evaluate@label_prior", "evaluate@tfidf_zeroshot", "evaluate@tfidf_knn"} <= set(ran)
@@ -32,12 +36,12 @@ def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
     assert "| tfidf_knn |" in table and "| label_prior |" in table
     assert (repo / "reports/validation/report.html").read_text().count("<tr class=") >= 10
 
-    second = run(["dvc", "repro"], repo)
+    second = run(["dvc", "repro", "report"], repo)
     assert stages_run(second.stdout) == []
     assert "up to date" in second.stdout
 
     set_param(repo, "tfidf_knn.n_neighbors", 5)
-    third = run(["dvc", "repro"], repo)
+    third = run(["dvc", "repro", "report"], repo)
     assert sorted(stages_run(third.stdout)) == ["evaluate@tfidf_knn", "report", "tfidf_knn"]
     # DVC sees the changed parameter and what it changed
     diff = run(["dvc", "params", "diff"], repo).stdout
@@ -48,8 +52,8 @@ def test_critical_validation_failure_stops_the_pipeline(tmp_path):
     data = write_xc_dataset(tmp_path / "bad_dataset", ["alpha label", "beta label", "gamma label"],
                             ["first training text", "second training text", "third training text"], ["a test text"],
                             ["0:1.0 1:1.0", "", "2:1.0"], ["1:1.0"])  # training row 2 has no label: critical
-    repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0)
-    p = run(["dvc", "repro"], repo, check=False)
+    repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0, extra_params={"methods": BASELINES})
+    p = run(["dvc", "repro", "report"], repo, check=False)
     assert p.returncode != 0
     err = p.stderr + p.stdout
     assert "data validation failed: trn: every training instance has at least one label (1 unexpected)" in err
