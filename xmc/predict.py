@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from xmc.ann import ANNIndex
 from xmc.data.formats import read_json_lines, read_text_lines
@@ -47,10 +45,4 @@ def predict_file(model_dir: str | Path, index_dir: str | Path, label_file: str |
     return len(items)
 
 
-def iter_predictions(path: str | Path) -> Iterator[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            yield json.loads(line)
-
-
-__all__ = ["iter_predictions", "predict_file", "read_input_texts"]
+__all__ = ["predict_file", "read_input_texts"]
