@@ -19,7 +19,7 @@ import torch
 
 from xmc.data.dataset import XMCDataset
 from xmc.encoders import build_encoder
-from xmc.io import atomic_dir, write_json
+from xmc.io import atomic_dir
 from xmc.losses import build_loss
 from xmc.models import DualEncoderModel
 from xmc.negatives import build_sampler
@@ -94,7 +94,3 @@ def train_dual_encoder(ds: XMCDataset, cfg: dict[str, Any], model_dir: str | Pat
     }
     (Path(model_dir) / "train_summary.json").write_text(json.dumps(summary, indent=2))
     return summary
-
-
-def write_summary(path: str | Path, summary: dict[str, Any]) -> None:
-    write_json(path, summary)

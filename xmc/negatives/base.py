@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ class CandidateBatch:
     positives: torch.Tensor
     valid: torch.Tensor | None = None
     weights: torch.Tensor | None = None
+    extras: dict[str, Any] = field(default_factory=dict)  # method-specific (anchors, pseudo labels, ...)
 
 
 def positives_mask(Y: sp.csr_matrix, query_idx: np.ndarray, label_ids: np.ndarray | None) -> torch.Tensor:
@@ -92,6 +93,9 @@ class NegativeSampler:
 
     def on_epoch_start(self, epoch: int, model: Any, query_texts: list[str]) -> None:
         """Hook for samplers that refresh state from the current model (e.g. an ANN shortlist)."""
+
+    def on_step_start(self, step: int, model: Any, query_texts: list[str]) -> None:
+        """Hook for samplers whose state moves with steps (e.g. MACLR's re-clustering every T steps)."""
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:  # pragma: no cover
         raise NotImplementedError

@@ -28,6 +28,7 @@ from torch import nn
 from tqdm import tqdm
 
 from xmc.negatives.base import CandidateBatch, NegativeSampler
+from xmc.train.objective import Objective, RetrievalObjective
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ class TrainConfig:
     batch_size: int = 64
     lr: float = 1e-4
     group_lr: dict[str, float] = field(default_factory=dict)  # parameter-group name -> lr
+    # parameter-group name -> "adamw" (default) | "sgd" (plain SGD; sparse gradients update only touched rows)
+    group_optimizer: dict[str, str] = field(default_factory=dict)
+    schedule: str = "linear"  # linear | cosine (both after linear warm-up)
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1
     grad_clip: float = 1.0
@@ -69,10 +73,14 @@ def _no_decay(name: str, p: nn.Parameter) -> bool:
 
 
 class Trainer:
+    """``loss`` is either a loss over a score block (wrapped in :class:`RetrievalObjective`) or an
+    :class:`Objective` that computes a batch's loss itself (two heads, regularisers, pseudo pairs)."""
+
     def __init__(self, model: nn.Module, sampler: NegativeSampler, loss: nn.Module, config: TrainConfig,
                  query_texts: list[str], out_dir: str | Path, evaluator: Callable[[Any], dict[str, float]] | None = None,
                  eval_every_epochs: int = 0, fingerprint_extra: dict[str, Any] | None = None) -> None:
-        self.model, self.sampler, self.loss_fn, self.cfg = model, sampler, loss, config
+        self.model, self.sampler, self.cfg = model, sampler, config
+        self.objective = loss if isinstance(loss, Objective) else RetrievalObjective(loss)
         self.query_texts = query_texts
         self.out_dir = Path(out_dir)
         self.ckpt_path = self.out_dir / "checkpoint.pt"
@@ -86,8 +94,14 @@ class Trainer:
         self.steps_per_epoch = min(n_batches, config.max_steps_per_epoch) if config.max_steps_per_epoch else n_batches
         self.total_steps = max(1, self.steps_per_epoch * config.epochs)
         warm = int(config.warmup_ratio * self.total_steps)
-        def schedule(s: int) -> float:  # linear warm-up, then linear decay to 0
-            return (s + 1) / max(1, warm) if s < warm else max(0.0, (self.total_steps - s) / max(1, self.total_steps - warm))
+        if config.schedule not in ("linear", "cosine"):
+            raise ValueError(f"schedule must be 'linear' or 'cosine', not {config.schedule!r}")
+
+        def schedule(s: int) -> float:  # linear warm-up, then linear or cosine decay to 0
+            if s < warm:
+                return (s + 1) / max(1, warm)
+            frac = min(1.0, (s - warm) / max(1, self.total_steps - warm))
+            return 1.0 - frac if config.schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * frac))
 
         self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, schedule) for o in self.optimizers]
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
@@ -95,13 +109,20 @@ class Trainer:
 
     def _make_optimizers(self) -> list[torch.optim.Optimizer]:
         """AdamW for dense parameters; SparseAdam for sparse embedding tables (only touched rows
-        are updated, so a large hashed vocabulary costs nothing per step)."""
+        are updated, so a large hashed vocabulary costs nothing per step); plain SGD for the groups
+        named in ``group_optimizer`` (ASTRA's classifiers: sparse row updates, no optimiser state)."""
         sparse = {id(m.weight) for m in self.model.modules()
                   if isinstance(m, nn.Embedding | nn.EmbeddingBag) and getattr(m, "sparse", False)}
-        dense_groups, sparse_groups = [], []
+        dense_groups, sparse_groups, sgd_groups = [], [], []
         named = {id(p): n for n, p in self.model.named_parameters()}
         for gname, params in self.model.param_groups().items():
             lr = float(self.cfg.group_lr.get(gname, self.cfg.lr))
+            kind = self.cfg.group_optimizer.get(gname, "adamw")
+            if kind == "sgd":
+                sgd_groups.append({"params": list(params), "lr": lr, "name": gname})
+                continue
+            if kind != "adamw":
+                raise ValueError(f"group_optimizer[{gname!r}] must be 'adamw' or 'sgd', not {kind!r}")
             sp_params = [p for p in params if id(p) in sparse]
             dense = [p for p in params if id(p) not in sparse]
             decay = [p for p in dense if not _no_decay(named.get(id(p), ""), p)]
@@ -117,6 +138,8 @@ class Trainer:
             opts.append(torch.optim.AdamW(dense_groups))
         if sparse_groups:
             opts.append(torch.optim.SparseAdam(sparse_groups))
+        if sgd_groups:
+            opts.append(torch.optim.SGD(sgd_groups))
         self._dense_params = [p for g in dense_groups for p in g["params"]]
         return opts
 
@@ -128,7 +151,7 @@ class Trainer:
             "global_step": self.global_step, "model": self.model.state_dict(),
             "optimizers": [o.state_dict() for o in self.optimizers],
             "schedulers": [s.state_dict() for s in self.schedulers],
-            "sampler": self.sampler.state_dict(), "history": self.history,
+            "sampler": self.sampler.state_dict(), "objective": self.objective.state_dict(), "history": self.history,
             "torch_rng": torch.get_rng_state(),
         }
         tmp = self.ckpt_path.with_suffix(".tmp")
@@ -148,6 +171,8 @@ class Trainer:
         for sch, st in zip(self.schedulers, state["schedulers"]):
             sch.load_state_dict(st)
         self.sampler.load_state_dict(state["sampler"])
+        if state.get("objective"):
+            self.objective.load_state_dict(state["objective"])
         self.history = state["history"]
         torch.set_rng_state(state["torch_rng"])
         self.epoch, self.step_in_epoch, self.global_step = state["epoch"], state["step_in_epoch"], state["global_step"]
@@ -155,23 +180,13 @@ class Trainer:
         return True
 
     # ---- one step ----------------------------------------------------------------------------
-    def _scores(self, batch: CandidateBatch, q: torch.Tensor):
-        z = self.model.label_vectors(batch.label_ids)
-        return q @ z.T
-
     def _step(self, batch: CandidateBatch) -> float:
-        texts = [self.query_texts[i] for i in batch.query_idx]
-        pos = batch.positives.to(self.device)
-        valid = batch.valid.to(self.device) if batch.valid is not None else None
-        weights = batch.weights.to(self.device) if batch.weights is not None else None
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_amp):
-            if batch.label_ids is None:
+            if batch.label_ids is None and not self.objective.handles_all_labels:
+                texts = [self.query_texts[i] for i in batch.query_idx]
+                pos, valid, weights = Objective.targets(batch, self.device)
                 return self._all_labels_step(texts, pos, valid, weights)
-            if hasattr(self.model, "pair_vectors"):
-                q, z = self.model.pair_vectors(texts, batch.label_ids)
-            else:
-                q, z = self.model.query_vectors(texts), self.model.label_vectors(batch.label_ids)
-            loss = self.loss_fn((q @ z.T).float(), pos, valid, weights)
+            loss = self.objective(self.model, batch, self.query_texts)
         loss.backward()
         return float(loss.detach())
 
@@ -192,7 +207,7 @@ class Trainer:
                 cached.append(self.model.label_vectors(np.arange(s, min(s + chunk, L))).float())
         Z = torch.cat(cached).requires_grad_(True)
         q = self.model.query_vectors(texts)
-        loss = self.loss_fn((q.float() @ Z.T), pos, valid, weights)
+        loss = self.objective.loss((q.float() @ Z.T), pos, valid, weights)
         loss.backward()
         G = Z.grad
         current = torch.get_rng_state()
@@ -218,6 +233,7 @@ class Trainer:
             bar = tqdm(total=len(batches), initial=self.step_in_epoch, desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
                        unit="step", mininterval=5)
             for i in range(self.step_in_epoch, len(batches)):
+                self.sampler.on_step_start(self.global_step, self.model, self.query_texts)
                 rng = np.random.default_rng([self.cfg.seed, epoch, i])
                 batch = self.sampler.make_batch(batches[i], rng)
                 for o in self.optimizers:
@@ -233,7 +249,8 @@ class Trainer:
                 self.global_step += 1
                 self.step_in_epoch = i + 1
                 self.history["loss"].append({"step": self.global_step, "epoch": epoch + 1, "loss": round(loss, 6),
-                                             "lr": self.schedulers[0].get_last_lr()[0]})
+                                             "lr": self.schedulers[0].get_last_lr()[0],
+                                             **{k: round(v, 6) for k, v in self.objective.last_parts.items()}})
                 bar.set_postfix(loss=f"{loss:.4f}")
                 bar.update(1)
                 if self.cfg.checkpoint_every_steps and self.step_in_epoch % self.cfg.checkpoint_every_steps == 0:
@@ -260,12 +277,9 @@ class Trainer:
         for name, rows in (("loss", self.history["loss"]), ("validation", self.history["val"])):
             with open(d / f"{name}.csv", "w", newline="") as fh:
                 if rows:
-                    w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                    fields = list(dict.fromkeys(k for r in rows for k in r))  # objectives may log extra parts
+                    w = csv.DictWriter(fh, fieldnames=fields)
                     w.writeheader()
                     w.writerows(rows)
                 else:
                     fh.write("epoch\n")
-
-
-def steps_for_budget(n_queries: int, batch_size: int, epochs: int) -> int:
-    return epochs * math.ceil(n_queries / batch_size)
