@@ -178,3 +178,68 @@ def test_ann_index_against_brute_force_and_save_load(tmp_path, kind):
     assert (I2 == I).all()
     _, I3 = idx.search(Q[:2], 3000)  # more than stored: padded with -1
     assert (I3[:, 2000:] == -1).all()
+
+
+def test_inverse_propensity_positive_sampling_prefers_tail_labels_at_the_expected_rate():
+    # label 0 is on every query (head), label 1 on one query (tail); query 0 has both
+    n = 200
+    Y = sp.lil_matrix((n, 2), dtype=np.float32)
+    Y[:, 0] = 1
+    Y[0, 1] = 1
+    Y = Y.tocsr()
+    from xmc.metrics import inverse_propensity
+
+    w = inverse_propensity(np.array([n, 1]), n)
+    expected_tail = w[1] / w.sum()
+    sampler = InBatchNegatives(Y, max_positives_per_query=1, positive_sampling="inverse_propensity")
+    rng = np.random.default_rng(0)
+    draws = [int(sampler.sample_positives(np.array([0]), rng)[0][0]) for _ in range(4000)]
+    tail_rate = np.mean(np.array(draws) == 1)
+    assert abs(tail_rate - expected_tail) < 0.03 and expected_tail > 0.75
+    uniform = InBatchNegatives(Y, max_positives_per_query=1)
+    draws = [int(uniform.sample_positives(np.array([0]), rng)[0][0]) for _ in range(4000)]
+    assert abs(np.mean(np.array(draws) == 1) - 0.5) < 0.03
+    with pytest.raises(ValueError, match="positive_sampling"):
+        InBatchNegatives(Y, positive_sampling="head_first")
+
+
+def test_trainer_runs_a_custom_objective_with_sgd_group_and_cosine_schedule(tmp_path):
+    """A method's own objective plugs into the same trainer; its parts are logged; the SGD group only
+    moves the rows its sparse gradient touched; the cosine schedule decays to ~0."""
+    from xmc.train import Objective
+
+    texts, labels, Y = toy()
+
+    class TableModel(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = HashedBagOfWordsEncoder(dim=8, n_buckets=512)
+            self.table = torch.nn.Embedding(len(labels), 8, sparse=True)
+
+        def param_groups(self):
+            return {"encoder": list(self.encoder.parameters()), "classifier": [self.table.weight]}
+
+    class TableObjective(Objective):
+        def forward(self, model, batch, query_texts):
+            q = model.encoder([query_texts[i] for i in batch.query_idx], "query")
+            w = model.table(torch.as_tensor(batch.label_ids))
+            pos, valid, _ = self.targets(batch, q.device)
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(q @ w.T, pos.float())
+            self.last_parts = {"bce": float(loss.detach())}
+            return loss
+
+    model = TableModel()
+    before = model.table.weight.detach().clone()
+    cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, group_optimizer={"classifier": "sgd"},
+                      group_lr={"classifier": 0.5}, schedule="cosine", warmup_ratio=0.0)
+    tr = Trainer(model, InBatchNegatives(Y), TableObjective(), cfg, texts, tmp_path)
+    tr.fit()
+    assert any(isinstance(o, torch.optim.SGD) for o in tr.optimizers)
+    touched = np.unique(Y.indices)  # in-batch pools only ever hold true labels of some query
+    untouched = np.setdiff1d(np.arange(len(labels)), touched)
+    moved = (model.table.weight.detach() != before).any(1).numpy()
+    assert len(untouched) and moved[touched].all() and not moved[untouched].any()
+    assert all("bce" in row for row in tr.history["loss"])
+    assert tr.schedulers[0].get_last_lr()[0] < 1e-3 * 0.05
+    tr.write_curves(tmp_path / "plots")
+    assert "bce" in (tmp_path / "plots" / "loss.csv").read_text().splitlines()[0]

@@ -35,15 +35,37 @@ def positives_mask(Y: sp.csr_matrix, query_idx: np.ndarray, label_ids: np.ndarra
 
 
 def sample_positives_per_query(Y: sp.csr_matrix, query_idx: np.ndarray, max_per_query: int,
-                               rng: np.random.Generator) -> list[np.ndarray]:
-    """Up to ``max_per_query`` positives of each query, uniformly (0 = all of them)."""
+                               rng: np.random.Generator, label_weights: np.ndarray | None = None) -> list[np.ndarray]:
+    """Up to ``max_per_query`` positives of each query (0 = all of them), uniformly or, with
+    ``label_weights``, with probability proportional to each positive's weight."""
     out = []
     for q in query_idx:
         pos = Y.indices[Y.indptr[q] : Y.indptr[q + 1]]
         if max_per_query and len(pos) > max_per_query:
-            pos = rng.choice(pos, max_per_query, replace=False)
+            p = None
+            if label_weights is not None:
+                w = label_weights[pos]
+                p = w / w.sum()
+            pos = rng.choice(pos, max_per_query, replace=False, p=p)
         out.append(pos)
     return out
+
+
+def positive_sampling_weights(Y: sp.csr_matrix, kind: str, a: float = 0.55, b: float = 1.5) -> np.ndarray | None:
+    """Per-label weights for picking a query's positives: None (uniform) or inverse propensity.
+
+    Inverse propensity (Jain et al., 2016) picks a tail positive of a query several times more
+    often than a head one, so a one-positive-per-step budget is not spent mostly on head labels
+    (which the in-batch pool already supplies as negatives to everyone else).
+    """
+    if kind == "uniform":
+        return None
+    if kind != "inverse_propensity":
+        raise ValueError(f"positive_sampling must be 'uniform' or 'inverse_propensity', not {kind!r}")
+    from xmc.metrics import inverse_propensity
+
+    freq = np.asarray(Y.sum(axis=0)).ravel()
+    return inverse_propensity(freq, Y.shape[0], a, b)
 
 
 def pool_batch(Y: sp.csr_matrix, query_idx: np.ndarray, sampled: list[np.ndarray], extra: list[np.ndarray],
@@ -72,10 +94,15 @@ def pool_batch(Y: sp.csr_matrix, query_idx: np.ndarray, sampled: list[np.ndarray
 class NegativeSampler:
     """Base: random query batches; subclasses choose the candidate pool."""
 
-    def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, unsampled_positives: str = "mask") -> None:
+    def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, unsampled_positives: str = "mask",
+                 positive_sampling: str = "uniform", propensity_a: float = 0.55, propensity_b: float = 1.5) -> None:
         self.Y = Y.tocsr()
         self.max_positives_per_query = max_positives_per_query
         self.unsampled_positives = unsampled_positives
+        self.positive_weights = positive_sampling_weights(self.Y, positive_sampling, propensity_a, propensity_b)
+
+    def sample_positives(self, query_idx: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        return sample_positives_per_query(self.Y, query_idx, self.max_positives_per_query, rng, self.positive_weights)
 
     @property
     def n_labels(self) -> int:

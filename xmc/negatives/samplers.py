@@ -11,7 +11,7 @@ import scipy.sparse as sp
 
 from xmc.ann import ANNIndex
 from xmc.errors import ConfigError
-from xmc.negatives.base import CandidateBatch, NegativeSampler, pool_batch, positives_mask, sample_positives_per_query
+from xmc.negatives.base import CandidateBatch, NegativeSampler, pool_batch, positives_mask
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +20,7 @@ class InBatchNegatives(NegativeSampler):
     """Pool = the (sampled) positives of the batch's queries; each query's negatives are the others' positives."""
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
-        sampled = sample_positives_per_query(self.Y, query_idx, self.max_positives_per_query, rng)
+        sampled = self.sample_positives(query_idx, rng)
         return pool_batch(self.Y, query_idx, sampled, [], self.unsampled_positives)
 
 
@@ -46,8 +46,9 @@ class HardNegativeShortlist(InBatchNegatives):
 
     def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, shortlist_size: int = 100,
                  negatives_per_query: int = 1, refresh_every_epochs: int = 1, start_epoch: int = 0,
-                 index_kind: str = "exact", encode_batch_size: int = 256, unsampled_positives: str = "mask") -> None:
-        super().__init__(Y, max_positives_per_query, unsampled_positives)
+                 index_kind: str = "exact", encode_batch_size: int = 256, unsampled_positives: str = "mask",
+                 **positive_sampling: Any) -> None:
+        super().__init__(Y, max_positives_per_query, unsampled_positives, **positive_sampling)
         if refresh_every_epochs < 1:
             raise ConfigError("refresh_every_epochs must be >= 1")
         self.shortlist_size, self.negatives_per_query = shortlist_size, negatives_per_query
@@ -75,7 +76,7 @@ class HardNegativeShortlist(InBatchNegatives):
         self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind)
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
-        sampled = sample_positives_per_query(self.Y, query_idx, self.max_positives_per_query, rng)
+        sampled = self.sample_positives(query_idx, rng)
         extra = []
         if self.shortlist is not None and self.negatives_per_query > 0:
             for row in self.shortlist[query_idx]:
@@ -106,14 +107,16 @@ def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> NegativeSampler:
     kind = cfg.get("kind", "hard")
     maxp = int(cfg.get("max_positives_per_query", 0))
     unsampled = cfg.get("unsampled_positives", "mask")
+    ps = {"positive_sampling": cfg.get("positive_sampling", "uniform"),
+          "propensity_a": float(cfg.get("propensity_a", 0.55)), "propensity_b": float(cfg.get("propensity_b", 1.5))}
     if kind == "in_batch":
-        return InBatchNegatives(Y, maxp, unsampled)
+        return InBatchNegatives(Y, maxp, unsampled, **ps)
     if kind == "hard":
         return HardNegativeShortlist(
             Y, maxp, shortlist_size=int(cfg.get("shortlist_size", 100)),
             negatives_per_query=int(cfg.get("negatives_per_query", 1)),
             refresh_every_epochs=int(cfg.get("refresh_every_epochs", 1)), start_epoch=int(cfg.get("start_epoch", 0)),
-            index_kind=cfg.get("index_kind", "exact"), unsampled_positives=unsampled)
+            index_kind=cfg.get("index_kind", "exact"), unsampled_positives=unsampled, **ps)
     if kind == "all":
-        return AllLabels(Y, maxp, unsampled)
+        return AllLabels(Y, maxp, unsampled, **ps)
     raise ConfigError(f"unknown negatives kind {kind!r} (expected in_batch, hard or all)")
