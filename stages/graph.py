@@ -1,0 +1,102 @@
+"""The `graph` stage (RAMEN): load or derive anchor sets, augment them by random walk with restart.
+
+Usage: ``python -m stages.graph``. Settings: params ``ramen.graph``.
+
+* ``source_dir`` set: every anchor set found there (README "RAMEN" for the file format) is loaded.
+* ``source_dir`` null: the sets are derived for semcor-wn30 (``xmc.graph.build``): ``wordnet``
+  (label -> WordNet hypernyms + other relations) and ``document`` (sentence -> neighbouring
+  sentences of its document).
+
+Writes ``<out_dir>/raw/`` and ``<out_dir>/augmented/`` (both in the input format, so a user can
+inspect or reuse them), statistics before/after (networkx) into ``reports/validation/graph.html``
+and ``reports/validation/graph_summary.json`` (a DVC metrics file).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from xmc.config import load_params, run_entry_point
+from xmc.data import load_processed
+from xmc.graph.build import document_query_set, wordnet_label_set
+from xmc.graph.format import AnchorSet, load_graph_dir, save_anchor_set
+from xmc.graph.rwr import augment_edges
+from xmc.graph.stats import graph_stats, stats_html
+from xmc.io import atomic_dir, atomic_file, write_json
+
+log = logging.getLogger("stages.graph")
+
+
+def derive_sets(params: dict, gcfg: dict, ds) -> dict[str, AnchorSet]:
+    sets: dict[str, AnchorSet] = {}
+    wcfg = gcfg.get("wordnet") or {}
+    if wcfg.get("enabled", True):
+        sets["wordnet"] = wordnet_label_set(params["data"]["dataset_dir"], gcfg["wordnet_dir"], ds.n_labels,
+                                            list(wcfg.get("relations", [])), int(wcfg.get("hypernym_levels", 1)))
+    dcfg = gcfg.get("document") or {}
+    if dcfg.get("enabled", True):
+        sets["document"] = document_query_set(ds.trn, int(dcfg.get("window", 2)))
+    return sets
+
+
+def main() -> None:
+    params = load_params()
+    gcfg = params["ramen"]["graph"]
+    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    t0 = time.perf_counter()
+    if gcfg.get("source_dir"):
+        sets = load_graph_dir(gcfg["source_dir"], len(ds.trn), ds.n_labels)
+    else:
+        sets = derive_sets(params, gcfg, ds)
+    timing = {"load_or_derive": time.perf_counter() - t0}
+    w = gcfg["walk"]
+    augmented: dict[str, AnchorSet] = {}
+    stats: dict[str, dict] = {}
+    for name, aset in sets.items():
+        new_edges = {}
+        for side, E in aset.edges.items():
+            t1 = time.perf_counter()
+            aug, info = augment_edges(E, walks=int(w["walks"]), hops=int(w["hops"]), restart=float(w["restart"]),
+                                      top_k=int(w["top_k"]), min_visits=int(w["min_visits"]), seed=int(w["seed"]),
+                                      progress=True)
+            timing[f"random_walk {name}/{side}"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
+            key = f"{name}/{side}"
+            stats[key] = {"before": graph_stats(E), "after": graph_stats(aug), "random_walk": info,
+                          "walkers": int(w["walks"]) * int((E.getnnz(1) > 0).sum() + (E.getnnz(0) > 0).sum()),
+                          "seconds": round(timing[f"random_walk {name}/{side}"], 2)}
+            timing[f"networkx stats {name}/{side}"] = time.perf_counter() - t1
+            log.info("%s: %d -> %d edges (+%d) in %.1f s", key, E.nnz, aug.nnz, info["edges_added"],
+                     timing[f"random_walk {name}/{side}"])
+            new_edges[side] = aug
+        augmented[name] = AnchorSet(name, aset.anchor_ids, aset.anchor_texts, new_edges)
+    out = Path(gcfg.get("out_dir", "data/graph"))
+    t1 = time.perf_counter()
+    with atomic_dir(out) as tmp:
+        for name in sets:
+            save_anchor_set(sets[name], tmp / "raw")
+            save_anchor_set(augmented[name], tmp / "augmented")
+    timing["write"] = time.perf_counter() - t1
+    report_dir = Path(params.get("validate", {}).get("report_dir", "reports/validation"))
+    report_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_file(report_dir / "graph.html") as fh:
+        fh.write(stats_html("RAMEN graph metadata: before and after random walk with restart", stats, timing))
+    summary = {"walk": w, "total_seconds": round(time.perf_counter() - t0, 2),
+               "timing_seconds": {k: round(v, 2) for k, v in timing.items()}, "sets": {}}
+    for key, st in stats.items():
+        summary["sets"][key] = {"nodes": st["before"]["nodes"], "anchors": st["before"]["anchors"],
+                                "edges_before": st["before"]["edges"], "edges_after": st["after"]["edges"],
+                                "mean_node_degree_before": st["before"]["node_degree"]["mean"],
+                                "mean_node_degree_after": st["after"]["node_degree"]["mean"],
+                                "isolated_nodes": st["before"]["node_degree"]["isolated"],
+                                "walkers": st["walkers"], "walk_seconds": st["seconds"],
+                                "node_degree_histogram_before": st["before"]["node_degree"]["histogram"],
+                                "node_degree_histogram_after": st["after"]["node_degree"]["histogram"]}
+    write_json(report_dir / "graph_summary.json", summary)
+    log.info("graph stage done in %.1f s: %s", summary["total_seconds"], summary["timing_seconds"])
+
+
+if __name__ == "__main__":
+    run_entry_point(main)

@@ -1,0 +1,265 @@
+"""RAMEN: random walk with restart vs its closed form, pruning, the regulariser vs brute force,
+the graph file format and its errors, and a tiny end-to-end training run through the Trainer."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+from xmc.encoders import HashedBagOfWordsEncoder
+from xmc.errors import DataFormatError
+from xmc.graph import (AnchorSet, augment_edges, bipartite_adjacency, load_graph_dir, prune_edges,
+                       random_walk_with_restart, rwr_closed_form, save_anchor_set)
+from xmc.graph.build import document_query_set
+from xmc.graph.rwr import top_k_per_row
+from xmc.data.dataset import Split
+from xmc.losses import DecoupledSoftmaxLoss
+from xmc.methods.ramen import GraphAnchorSampler, RamenObjective, TripletLoss, anchor_regulariser
+from xmc.models import DualEncoderModel
+from xmc.negatives import InBatchNegatives
+from xmc.train import Trainer, TrainConfig
+
+
+def small_bipartite(seed: int = 0, n: int = 7, m: int = 5) -> sp.csr_matrix:
+    rng = np.random.default_rng(seed)
+    E = (rng.random((n, m)) < 0.35).astype(np.float32)
+    E[np.arange(n), rng.integers(0, m, n)] = 1  # every node has an edge
+    E[-1] = 0  # one isolated node: exercises the dangling-node restart
+    return sp.csr_matrix(E)
+
+
+# ---- random walk with restart --------------------------------------------------------------
+@pytest.mark.parametrize("restart", [0.8, 0.3])
+def test_rwr_visit_frequencies_match_closed_form_stationary_distribution(restart):
+    A = bipartite_adjacency(small_bipartite())
+    starts = np.array([0, 2, 6, 8])  # nodes, the isolated node (6) and an anchor
+    walks, hops = 400, 400
+    V = random_walk_with_restart(A, starts, walks=walks, hops=hops, restart=restart, seed=1).toarray()
+    for i, s in enumerate(starts):
+        pi = rwr_closed_form(A, int(s), restart)
+        assert pi.sum() == pytest.approx(1.0)
+        est = V[i] / (walks * hops)
+        assert np.abs(est - pi).max() < 0.01, (s, est.round(3), pi.round(3))
+    # the isolated node never leaves its start
+    assert V[2, 6] == walks * hops
+
+
+def test_rwr_is_deterministic_and_counts_only_masked_nodes():
+    A = bipartite_adjacency(small_bipartite())
+    mask = np.zeros(A.shape[0], bool)
+    mask[7:] = True
+    V1 = random_walk_with_restart(A, np.array([0, 1]), walks=5, hops=50, seed=3, count_mask=mask, max_walkers=7)
+    V2 = random_walk_with_restart(A, np.array([0, 1]), walks=5, hops=50, seed=3, count_mask=mask, max_walkers=7)
+    assert (V1 != V2).nnz == 0
+    assert V1[:, :7].nnz == 0 and V1.sum() > 0
+
+
+def test_augment_adds_only_new_top_k_edges_and_keeps_originals():
+    E = small_bipartite(2, 12, 8)
+    aug, info = augment_edges(E, walks=50, hops=100, restart=0.5, top_k=2, min_visits=1, seed=0)
+    assert info["edges_before"] == E.nnz and info["edges_after"] == aug.nnz == E.nnz + info["edges_added"]
+    assert np.all(aug.multiply(E > 0).data == 1.0)  # original edges keep weight 1
+    new = aug - aug.multiply(E > 0)
+    new.eliminate_zeros()
+    assert new.nnz == info["edges_added"] > 0
+    assert np.all((new.data > 0) & (new.data < 1))  # visit shares
+    # every new edge joins two nodes of the same connected component (2 hops or more apart)
+    import networkx as nx
+    from xmc.graph.stats import to_networkx
+
+    comp = {v: k for k, c in enumerate(nx.connected_components(to_networkx(E))) for v in c}
+    for r, c in zip(*new.nonzero()):
+        assert comp[("n", r)] == comp[("a", c)]
+
+
+def test_top_k_per_row_breaks_ties_by_column():
+    M = sp.csr_matrix(np.array([[3, 1, 3, 2], [0, 0, 0, 0], [1, 5, 0, 5]], np.float32))
+    out = top_k_per_row(M, 2, min_value=2).toarray()
+    assert out.tolist() == [[3, 0, 3, 0], [0, 0, 0, 0], [0, 5, 0, 5]]
+
+
+# ---- pruning ---------------------------------------------------------------------------------
+def test_pruning_keeps_exactly_the_edges_above_threshold():
+    rng = np.random.default_rng(0)
+    E = sp.csr_matrix((rng.random((30, 20)) < 0.3).astype(np.float32) * rng.uniform(0.5, 2, (30, 20)).astype(np.float32))
+    nv, av = rng.normal(size=(30, 8)).astype(np.float32), rng.normal(size=(20, 8)).astype(np.float32) * 3
+    for thr in (0.0, 0.25, -0.1):
+        kept = prune_edges(E, nv, av, thr)
+        for r, c in zip(*E.nonzero()):
+            cos = nv[r] @ av[c] / np.linalg.norm(nv[r]) / np.linalg.norm(av[c])
+            assert (kept[r, c] != 0) == (cos > thr)
+            if cos > thr:
+                assert kept[r, c] == E[r, c]  # weights survive
+        assert kept.nnz == sum(1 for r, c in zip(*E.nonzero())
+                               if nv[r] @ av[c] / np.linalg.norm(nv[r]) / np.linalg.norm(av[c]) > thr)
+
+
+# ---- the regulariser ---------------------------------------------------------------------------
+def brute_force_triplet(s: np.ndarray, pos_col: np.ndarray, valid: np.ndarray, margin: float) -> float:
+    per_row = []
+    for r in range(s.shape[0]):
+        terms = [max(0.0, s[r, n] - s[r, pos_col[r]] + margin)
+                 for n in range(s.shape[1]) if n != pos_col[r] and valid[r, n]]
+        if terms:
+            per_row.append(sum(terms) / len(terms))
+    return float(np.mean(per_row))
+
+
+def test_regulariser_matches_brute_force():
+    rng = np.random.default_rng(0)
+    x = torch.nn.functional.normalize(torch.randn(6, 5, dtype=torch.float64), dim=1)
+    a = torch.nn.functional.normalize(torch.randn(4, 5, dtype=torch.float64), dim=1)
+    pos_col = torch.tensor([0, 1, 1, 3, 2, 0])
+    valid = torch.from_numpy(rng.random((6, 4)) < 0.7)
+    valid[5] = False  # a row whose only anchor is its positive: no negative, no term
+    valid[5, 0] = True
+    s = (x @ a.T).numpy()
+    for margin in (0.3, 1.0):
+        got = anchor_regulariser(x, a, pos_col, valid, "triplet", margin)
+        assert float(got) == pytest.approx(brute_force_triplet(s, pos_col.numpy(), valid.numpy(), margin), abs=1e-6)
+    # softmax variant: -log p(positive) among positive + valid negatives
+    T = 0.1
+    got = anchor_regulariser(x, a, pos_col, valid, "softmax", temperature=T)
+    rows = []
+    for r in range(6):
+        neg = [n for n in range(4) if n != pos_col[r] and valid[r, n]]
+        if neg:
+            logits = np.array([s[r, pos_col[r]]] + [s[r, n] for n in neg]) / T
+            rows.append(-(logits[0] - np.log(np.exp(logits).sum())))
+    assert float(got) == pytest.approx(float(np.mean(rows)), abs=1e-6)
+
+
+def test_triplet_task_loss_matches_brute_force():
+    rng = np.random.default_rng(1)
+    s = torch.from_numpy(rng.uniform(-1, 1, (3, 5)))
+    pos = torch.tensor([[1, 0, 1, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    got = float(TripletLoss(0.3)(s, pos))
+    rows = []
+    for b in range(2):
+        P, N = np.flatnonzero(pos[b]), np.flatnonzero(~pos[b])
+        rows.append(np.mean([max(0, s[b, n] - s[b, p] + 0.3) for p in P for n in N]))
+    assert got == pytest.approx(float(np.mean(rows)))
+
+
+# ---- the file format ---------------------------------------------------------------------------
+def write(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    return tmp_path / name
+
+
+def test_format_round_trip(tmp_path):
+    E = sp.csr_matrix(np.array([[1, 0, 0.5], [0, 0, 0], [0, 2, 0]], np.float32))
+    aset = AnchorSet("cats", ["a", "b", "c"], ["alpha", "beta", "gamma"], {"label": E})
+    save_anchor_set(aset, tmp_path)
+    got = load_graph_dir(tmp_path, n_queries=10, n_labels=3)["cats"]
+    assert got.anchor_ids == aset.anchor_ids and got.anchor_texts == aset.anchor_texts
+    assert "query" not in got.edges and (got.edges["label"] != E).nnz == 0
+
+
+@pytest.mark.parametrize("anchors, edges, message", [
+    ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "", "anchors.jsonl:2: duplicate anchor id 'a'"),
+    ('{"id": "a", "text": "x"}\n{"id": "b"\n', "", "anchors.jsonl:2: not valid JSON"),
+    ('{"id": "a", "text": ""}\n', "", "anchors.jsonl:1: anchor 'a' has an empty"),
+    ('{"id": "a", "text": "x"}\n', "0\ta\n1\tzz\n", "edges.tsv:2: unknown anchor id 'zz'"),
+    ('{"id": "a", "text": "x"}\n', "# comment\n\n7\ta\n", "edges.tsv:3: src_row 7 out of range [0, 3)"),
+    ('{"id": "a", "text": "x"}\n', "x\ta\n", "edges.tsv:1: src_row 'x' is not an integer"),
+    ('{"id": "a", "text": "x"}\n', "0 a\n", "edges.tsv:1: expected 'src_row<TAB>anchor_id[<TAB>weight]'"),
+    ('{"id": "a", "text": "x"}\n', "0\ta\t-1\n", "edges.tsv:1: weight must be a positive finite number"),
+])
+def test_malformed_graph_files_give_one_line_errors(tmp_path, anchors, edges, message):
+    write(tmp_path, "s_anchors.jsonl", anchors)
+    write(tmp_path, "s_query_edges.tsv", edges)
+    with pytest.raises(DataFormatError) as e:
+        load_graph_dir(tmp_path, n_queries=3, n_labels=2)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_anchor_set_without_edges_and_missing_dir_are_errors(tmp_path):
+    write(tmp_path, "s_anchors.jsonl", '{"id": "a", "text": "x"}\n')
+    with pytest.raises(DataFormatError, match="neither s_query_edges.tsv nor s_label_edges.tsv"):
+        load_graph_dir(tmp_path, 3, 2)
+    with pytest.raises(DataFormatError, match="graph directory not found"):
+        load_graph_dir(tmp_path / "nope", 3, 2)
+
+
+def test_document_set_links_neighbouring_sentences_of_the_same_document():
+    Y = sp.csr_matrix((5, 2), dtype=np.float32)
+    trn = Split(texts=list("abcde"), Y=Y, uids=[f"u{i}" for i in range(5)], groups=["d1", "d1", "d1", "d2", "d2"])
+    E = document_query_set(trn, window=1).edges["query"].toarray()
+    assert E.tolist() == [[0, 1, 0, 0, 0], [1, 0, 1, 0, 0], [0, 1, 0, 0, 0], [0, 0, 0, 0, 1], [0, 0, 0, 1, 0]]
+
+
+# ---- sampler + objective + trainer -----------------------------------------------------------
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
+
+
+def toy_problem(n_q=40, n_l=20, seed=0):
+    rng = np.random.default_rng(seed)
+    labels = [" ".join(rng.choice(WORDS, 2)) + f" l{i}" for i in range(n_l)]
+    rows, cols, texts = [], [], []
+    for q in range(n_q):
+        pos = rng.choice(n_l, 2, replace=False)
+        rows += [q] * 2
+        cols += list(pos)
+        texts.append(" ".join(labels[p] for p in pos))
+    Y = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_q, n_l))
+    anchors = [f"anchor {w}" for w in WORDS]
+    El = sp.csr_matrix((rng.random((n_l, len(WORDS))) < 0.2).astype(np.float32))
+    Eq = sp.csr_matrix((rng.random((n_q, len(WORDS))) < 0.2).astype(np.float32))
+    sets = {"words": AnchorSet("words", WORDS, anchors, {"label": El, "query": Eq})}
+    return texts, labels, Y, sets
+
+
+def test_sampler_blocks_mask_linked_anchors_and_objective_matches_parts():
+    texts, labels, Y, sets = toy_problem()
+    sampler = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels), extra_labels=5, prune=False)
+    batch = sampler.make_batch(np.arange(8), np.random.default_rng(0))
+    blocks = {b["side"]: b for b in batch.extras["anchors"]}
+    assert set(blocks) == {"query", "label"}
+    for side, blk in blocks.items():
+        E = sets["words"].edges[side]
+        for r, node in enumerate(blk["node_ids"]):
+            pos = blk["anchor_ids"][blk["pos_col"][r]]
+            assert E[node, pos] > 0  # the positive is a real edge
+            for c, a in enumerate(blk["anchor_ids"]):
+                if c != blk["pos_col"][r]:
+                    assert bool(blk["valid"][r, c]) == (E[node, a] == 0)  # linked anchors are never negatives
+    assert set(batch.extras["extra_label_ids"]).isdisjoint(batch.label_ids)
+    enc = HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12)
+    model = DualEncoderModel(enc, labels)
+    obj = RamenObjective(DecoupledSoftmaxLoss(0.05), sets, lambda_x=0.5, lambda_z=2.0)
+    total = float(obj(model, batch, texts).detach())
+    p = obj.last_parts
+    assert total == pytest.approx(p["task"] + 0.5 * p["R_q_words"] + 2.0 * p["R_l_words"], rel=1e-5)
+
+
+def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
+    torch.manual_seed(0)
+    texts, labels, Y, sets = toy_problem()
+    enc = HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12)
+    model = DualEncoderModel(enc, labels)
+    sampler = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels), extra_labels=4,
+                                 prune=True, threshold=0.0, warmup_epochs=1, every_epochs=2)
+    obj = RamenObjective(DecoupledSoftmaxLoss(0.05), sets)
+    cfg = TrainConfig(epochs=4, batch_size=16, lr=0.05, warmup_ratio=0.0)
+    tr = Trainer(model, sampler, obj, cfg, texts, tmp_path / "w")
+    tr.fit()
+    assert sampler.pruned_at == [1, 3]
+    for (name, side), E in sampler.active.items():
+        assert (E - E.multiply(sampler.full[(name, side)])).nnz == 0  # pruning only removes edges
+    hist = tr.history["loss"]
+    assert {"task", "R_q_words", "R_l_words"} <= set(hist[-1])
+    assert np.mean([h["loss"] for h in hist[-3:]]) < np.mean([h["loss"] for h in hist[:3]])
+    tr.write_curves(tmp_path / "plots")
+    assert "R_l_words" in (tmp_path / "plots" / "loss.csv").read_text().splitlines()[0]
+    # pruned graphs are part of the checkpoint: a resumed sampler gets them back
+    state = torch.load(tmp_path / "w" / "checkpoint.pt", weights_only=False)["sampler"]
+    fresh = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels))
+    fresh.load_state_dict(state)
+    assert fresh.pruned_at == [1, 3]
+    assert all((fresh.active[k] != v).nnz == 0 for k, v in sampler.active.items())
+    json.dumps(sampler.prune_log)

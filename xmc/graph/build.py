@@ -1,0 +1,146 @@
+"""Builders that derive RAMEN anchor sets for a dataset that has no graph files of its own.
+
+semcor-wn30 (sentences labelled with WordNet senses) gets two anchor sets:
+
+``wordnet`` (label -> anchor)
+    each label synset is linked to the synsets it points to in WordNet: its hypernyms (from the
+    dataset's ``label_graph.tsv``, instance hypernyms included) and the relations in ``relations``
+    (pointer symbols of ``edges.tsv``: ``+`` derivationally related form, ``&`` similar to, ``#m/#p/#s``
+    holonyms, ``^`` also see, ...). Anchor text = "lemmas (pos): definition", the label-text format.
+``document`` (query -> anchor)
+    each training sentence is linked to the other sentences of its document within ``window``
+    sentences (the analogue of co-session queries); anchors are the training sentences themselves.
+    Test sentences are never used, so nothing of the test split reaches training.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.data.dataset import Split
+from xmc.errors import ConfigError, DataFormatError
+from xmc.graph.format import AnchorSet
+
+log = logging.getLogger(__name__)
+
+
+def synset_text(s: dict) -> str:
+    """Same format as the dataset's label texts: ``lemma, lemma (pos): definition``."""
+    return f"{', '.join(s['lemmas'])} ({s['pos']}): {s['definition']}"
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as e:
+                    raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
+    return rows
+
+
+def label_synsets(dataset_dir: str | Path, n_labels: int) -> list[str]:
+    """Synset id of each label row, from the raw dataset's ``lbl.jsonl`` (``lid`` -> ``id``)."""
+    path = Path(dataset_dir) / "lbl.jsonl"
+    if not path.exists():
+        raise ConfigError(f"{path}: needed to map labels to WordNet synsets (not found)")
+    out: list[str | None] = [None] * n_labels
+    for n, r in enumerate(_read_jsonl(path), 1):
+        lid = int(r.get("lid", n - 1))
+        if not 0 <= lid < n_labels:
+            raise DataFormatError(path, n, f"lid {lid} out of range [0, {n_labels})")
+        out[lid] = r["id"]
+    missing = [i for i, s in enumerate(out) if s is None]
+    if missing:
+        raise DataFormatError(path, None, f"{len(missing)} labels without a synset id (first: {missing[0]})")
+    return out  # type: ignore[return-value]
+
+
+def wordnet_label_set(dataset_dir: str | Path, wordnet_dir: str | Path, n_labels: int,
+                      relations: list[str], hypernym_levels: int = 1, name: str = "wordnet") -> AnchorSet:
+    """label -> anchor edges from WordNet hypernyms (``hypernym_levels`` up) plus ``relations``."""
+    dataset_dir, wordnet_dir = Path(dataset_dir), Path(wordnet_dir)
+    lab_syn = label_synsets(dataset_dir, n_labels)
+    synsets = {r["id"]: r for r in _read_jsonl(wordnet_dir / "synsets.jsonl")}
+    # hypernyms: the dataset's label graph (child -> parent, upward closure of the labels)
+    parents: dict[str, set[str]] = defaultdict(set)
+    lg = dataset_dir / "label_graph.tsv"
+    with open(lg, encoding="utf-8") as fh:
+        header = fh.readline().rstrip("\n").split("\t")
+        if header[:3] != ["child", "relation", "parent"]:
+            raise DataFormatError(lg, 1, f"expected header 'child<TAB>relation<TAB>parent...', got {header[:3]}")
+        for n, line in enumerate(fh, 2):
+            parts = line.rstrip("\n").split("\t")
+            if len(parts) < 3:
+                raise DataFormatError(lg, n, f"expected at least 3 tab-separated fields, got {len(parts)}")
+            if "hypernym" in parts[1]:
+                parents[parts[0]].add(parts[2])
+    # the other relations: WordNet pointers (src, symbol, dst)
+    rel = set(relations)
+    related: dict[str, set[str]] = defaultdict(set)
+    if rel:
+        ep = wordnet_dir / "edges.tsv"
+        with open(ep, encoding="utf-8") as fh:
+            fh.readline()
+            for n, line in enumerate(fh, 2):
+                parts = line.rstrip("\n").split("\t")
+                if len(parts) != 3:
+                    raise DataFormatError(ep, n, f"expected 'src<TAB>pointer<TAB>dst', got {len(parts)} fields")
+                if parts[1] in rel:
+                    related[parts[0]].add(parts[2])
+    anchor_index: dict[str, int] = {}
+    rows: list[int] = []
+    cols: list[int] = []
+    counts = {"hypernym": 0, "other": 0}
+    for lid, s in enumerate(lab_syn):
+        targets: list[tuple[str, str]] = []
+        frontier = {s}
+        for _ in range(hypernym_levels):
+            frontier = {p for f in frontier for p in parents.get(f, ())}
+            targets += [(p, "hypernym") for p in sorted(frontier)]
+        targets += [(t, "other") for t in sorted(related.get(s, ()))]
+        seen: set[str] = set()
+        for t, kind in targets:
+            if t == s or t in seen or t not in synsets:
+                continue
+            seen.add(t)
+            a = anchor_index.setdefault(t, len(anchor_index))
+            rows.append(lid)
+            cols.append(a)
+            counts[kind] += 1
+    ids = list(anchor_index)
+    texts = [synset_text(synsets[a]) for a in ids]
+    E = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_labels, len(ids)))
+    log.info("wordnet anchor set: %d anchors, %d label edges (%s)", len(ids), E.nnz, counts)
+    return AnchorSet(name, ids, texts, {"label": E})
+
+
+def document_query_set(trn: Split, window: int = 2, name: str = "document") -> AnchorSet:
+    """query -> anchor edges to the other sentences of the same document within ``window`` positions."""
+    if trn.groups is None:
+        raise ConfigError("the document anchor set needs document ids (Split.groups); this dataset has none")
+    by_doc: dict[str, list[int]] = defaultdict(list)
+    for i, g in enumerate(trn.groups):
+        if g is not None:
+            by_doc[g].append(i)
+    rows: list[int] = []
+    cols: list[int] = []
+    for members in by_doc.values():
+        for p, i in enumerate(members):
+            lo, hi = max(0, p - window), min(len(members), p + window + 1)
+            for j in members[lo:hi]:
+                if j != i:
+                    rows.append(i)
+                    cols.append(j)
+    n = len(trn)
+    E = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n, n))
+    log.info("document anchor set: %d anchors, %d query edges from %d documents", n, E.nnz, len(by_doc))
+    return AnchorSet(name, list(trn.uids), list(trn.texts), {"query": E})
