@@ -1,0 +1,458 @@
+"""ASTRA (Mehta et al., "Accurate and Scalable ANNS-based Training of Extreme Classifiers").
+
+An encoder Φ and one linear one-vs-all classifier per label, trained end to end with a sampled
+BCE whose per-step cost does not grow with L:
+
+* :class:`ASTRAModel` - encoder + classifier table W (L x (d+1): weight row and bias), score
+  f_l(x) = <w_l, Φ(x)> + b_l. The table is a sparse embedding trained with plain SGD (only the
+  rows of a step's positives and negatives are touched); the encoder with (Sparse)Adam.
+  Inference: exact/ANN inner product of [Φ(x), 1] against [w_l, b_l].
+* :class:`ASTRANegatives` - per query: its positives (≤ k_p), k_h *stale* hard negatives from a
+  shortlist mined with an ANN index over the classifier vectors (refreshed every τ_r epochs from
+  τ_s on, written to a memory-mapped N x k_h file, index discarded), and k_r fresh uniform
+  negatives from [L] minus the shortlist, each weighted (L - k_h)/k_r (paper eq. 2), so the
+  sampled loss is an unbiased estimate of the full one-vs-all loss. Before τ_s: k_h + k_r uniform.
+  The query embeddings for a refresh are the ones the training steps of the previous epoch
+  computed (stale, as in the paper), so a refresh costs an index build and a search, no
+  encoding pass; with ``async_refresh`` it runs in a background thread during the epoch before.
+* :class:`ASTRAObjective` - that weighted BCE over each query's own candidate list.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmc.ann import ANNIndex
+from xmc.encoders import TextEncoder, load_encoder
+from xmc.errors import ConfigError
+from xmc.negatives.base import CandidateBatch, NegativeSampler
+from xmc.train.objective import Objective
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------------------------------------------
+# model
+# ------------------------------------------------------------------------------------------------
+class ASTRAModel(nn.Module):
+    """Encoder Φ + per-label linear classifiers W (weight and bias in one sparse table)."""
+
+    def __init__(self, encoder: TextEncoder, label_texts: Sequence[str], bias_init: float = 0.0) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.label_texts = list(label_texts)
+        self.dim = int(encoder.dim)
+        # column d is the bias: it lets the model push every negative logit down at once, which the
+        # full one-vs-all loss (L - |P| negatives per query) asks for from the first step
+        self.W = nn.Embedding(self.n_labels, self.dim + 1, sparse=True)
+        nn.init.normal_(self.W.weight, std=self.dim**-0.5)
+        with torch.no_grad():
+            self.W.weight[:, -1] = bias_init
+
+    @property
+    def n_labels(self) -> int:
+        return len(self.label_texts)
+
+    def query_vectors(self, texts: Sequence[str]) -> torch.Tensor:
+        """Φ(x) with a constant 1 appended, so <[Φ(x), 1], [w_l, b_l]> is the classifier score."""
+        phi = self.encoder(list(texts), "query")
+        return torch.cat([phi, phi.new_ones(len(phi), 1)], dim=1)
+
+    def classifiers(self, label_ids: torch.Tensor | np.ndarray) -> torch.Tensor:
+        idx = torch.as_tensor(np.asarray(label_ids), dtype=torch.long, device=self.W.weight.device)
+        return self.W(idx)
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """ASTRA: the encoder with Adam, the classifiers with SGD (``group_optimizer``)."""
+        return {"encoder": [p for p in self.encoder.parameters() if p.requires_grad], "classifier": [self.W.weight]}
+
+    # ---- numpy views for the index, the evaluator and the miner --------------------------------
+    @torch.no_grad()
+    def all_label_vectors(self, batch_size: int = 256, progress: bool = True) -> np.ndarray:
+        return np.ascontiguousarray(self.W.weight.detach().float().cpu().numpy())
+
+    @torch.no_grad()
+    def query_vectors_np(self, texts: Sequence[str], batch_size: int = 256, progress: bool = True) -> np.ndarray:
+        phi = self.encoder.encode(list(texts), "query", batch_size, progress)
+        return np.ascontiguousarray(np.hstack([phi, np.ones((len(phi), 1), np.float32)]), dtype=np.float32)
+
+    @torch.no_grad()
+    def label_text_vectors(self, batch_size: int = 256) -> np.ndarray:
+        """Φ(z_l) with a 0 appended (no bias): the label-embedding index of the ablation."""
+        z = self.encoder.encode(self.label_texts, "label", batch_size, False)
+        return np.ascontiguousarray(np.hstack([z, np.zeros((len(z), 1), np.float32)]), dtype=np.float32)
+
+    @torch.no_grad()
+    def init_classifiers(self, how: str, scale: float = 1.0, batch_size: int = 256) -> None:
+        """``label_text``: w_l := scale·Φ(z_l), so step 0 already ranks like the zero-shot dual encoder
+        and labels without training points keep a meaningful vector; ``random``: N(0, 1/d)."""
+        if how == "label_text":
+            z = self.encoder.encode(self.label_texts, "label", batch_size, False)
+            self.W.weight[:, :-1] = torch.from_numpy(z * scale).to(self.W.weight.device)
+        elif how != "random":
+            raise ConfigError(f"astra.model.init_classifiers must be 'label_text' or 'random', not {how!r}")
+
+    # ---- persistence -----------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.encoder.save(path / "encoder")
+        torch.save({"W": self.W.weight.detach().cpu()}, path / "astra_classifiers.pt")
+        (path / "astra.json").write_text(json.dumps({"dim": self.dim, "n_labels": self.n_labels}, indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path, label_texts: Sequence[str]) -> ASTRAModel:
+        path = Path(path)
+        if not (path / "astra.json").exists():
+            raise ConfigError(f"{path / 'astra.json'}: not a saved ASTRA model")
+        cfg = json.loads((path / "astra.json").read_text())
+        if cfg["n_labels"] != len(label_texts):
+            raise ConfigError(f"{path}: model has {cfg['n_labels']} labels, the data {len(label_texts)}")
+        model = cls(load_encoder(path / "encoder"), label_texts)
+        model.W.weight.data.copy_(torch.load(path / "astra_classifiers.pt", map_location="cpu")["W"])
+        return model.eval()
+
+
+# ------------------------------------------------------------------------------------------------
+# negatives
+# ------------------------------------------------------------------------------------------------
+def mine_classifier_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, k_h: int,
+                              out: np.ndarray, index_kind: str = "exact", **index_kw: Any) -> None:
+    """Top-k_h labels per query by inner product with ``label_vecs``, positives dropped, into ``out``
+    (N x k_h int32, -1 padded; rows of queries without a vector stay -1). The index is discarded."""
+    Y = Y.tocsr()
+    max_pos = int(np.diff(Y.indptr).max()) if Y.shape[0] else 0
+    index = ANNIndex(kind=index_kind, **index_kw).build(np.ascontiguousarray(label_vecs, dtype=np.float32))
+    rows = np.flatnonzero(np.isfinite(query_vecs[:, 0]))
+    _, ids = index.search(np.ascontiguousarray(query_vecs[rows], dtype=np.float32), min(k_h + max_pos, len(label_vecs)))
+    out[:] = -1
+    for r, row in zip(rows, ids):
+        pos = Y.indices[Y.indptr[r] : Y.indptr[r + 1]]
+        keep = row[(row >= 0) & ~np.isin(row, pos)][:k_h]
+        out[r, : len(keep)] = keep
+    del index
+
+
+class ASTRANegatives(NegativeSampler):
+    """Stale classifier-ANN hard negatives (weight 1) + fresh uniform negatives (weight (L-k_h)/k_r).
+
+    * ``max_positives_per_query`` = k_p (0 = all; more are sampled uniformly, as the paper's k_p
+      is "all available positives" and it does not say what happens beyond);
+    * ``hard_negatives`` = k_h, ``uniform_negatives`` = k_r;
+    * ``refresh_every_epochs`` = τ_r, ``start_epoch`` = τ_s: epochs [0, τ_s) use k_h + k_r uniform
+      negatives; from τ_s on the shortlist is rebuilt at τ_s, τ_s + τ_r, ...;
+    * ``mine_with``: ``classifiers`` (ASTRA: index over [w_l, b_l]) or ``label_embeddings`` (ANCE
+      style: index over Φ(z_l), the paper's Observation-1 ablation);
+    * ``async_refresh``: mine in a background thread during the epoch before the refresh epoch,
+      from that moment's classifiers and the previous epoch's query embeddings (the paper's
+      pipelining); off = mine at the start of the refresh epoch (same staleness of the queries).
+    """
+
+    def __init__(self, Y: sp.csr_matrix, dim: int, max_positives_per_query: int = 0, hard_negatives: int = 50,
+                 uniform_negatives: int = 400, refresh_every_epochs: int = 5, start_epoch: int = 5,
+                 mine_with: str = "classifiers", index_kind: str = "exact", async_refresh: bool = False,
+                 work_dir: str | Path | None = None, encode_batch_size: int = 256, **index_kw: Any) -> None:
+        super().__init__(Y, max_positives_per_query, unsampled_positives="positive")
+        if refresh_every_epochs < 1:
+            raise ConfigError("astra.negatives.refresh_every_epochs must be >= 1")
+        if hard_negatives < 0 or uniform_negatives < 0 or hard_negatives + uniform_negatives == 0:
+            raise ConfigError("astra.negatives: hard_negatives and uniform_negatives must be >= 0, not both 0")
+        if mine_with not in ("classifiers", "label_embeddings"):
+            raise ConfigError(f"astra.negatives.mine_with must be 'classifiers' or 'label_embeddings', not {mine_with!r}")
+        self.k_h, self.k_r = int(hard_negatives), int(uniform_negatives)
+        self.refresh_every, self.start_epoch = int(refresh_every_epochs), int(start_epoch)
+        self.mine_with, self.index_kind, self.index_kw = mine_with, index_kind, index_kw
+        self.async_refresh, self.encode_batch_size = bool(async_refresh), encode_batch_size
+        self.work_dir = Path(work_dir) if work_dir is not None else None
+        N = self.Y.shape[0]
+        # the previous epoch's query embeddings [Φ(x), 1], filled by the objective (NaN = not seen)
+        self.query_buffer = np.full((N, dim + 1), np.nan, np.float32)
+        self.shortlist: np.ndarray | None = None
+        self.refreshed_at: list[int] = []
+        self.refresh_seconds: list[float] = []
+        self._pending: tuple[int, threading.Thread, dict[str, Any]] | None = None
+
+    # ---- refresh -----------------------------------------------------------------------------------
+    def due(self, epoch: int) -> bool:
+        return self.k_h > 0 and epoch >= self.start_epoch and (epoch - self.start_epoch) % self.refresh_every == 0
+
+    def record_query_vectors(self, query_idx: np.ndarray, vecs: torch.Tensor) -> None:
+        self.query_buffer[query_idx] = vecs.detach().float().cpu().numpy()
+
+    def _shortlist_file(self, epoch: int) -> np.ndarray:
+        """N x k_h int32; memory-mapped under ``work_dir`` (as the paper's memmap files) when set."""
+        shape = (self.Y.shape[0], self.k_h)
+        if self.work_dir is None:
+            return np.full(shape, -1, np.int32)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        path = self.work_dir / f"shortlist_epoch{epoch}.npy"
+        return np.lib.format.open_memmap(path, mode="w+", dtype=np.int32, shape=shape)
+
+    def _snapshot(self, model: Any, query_texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(query vectors, label-side vectors) for mining; queries never seen yet are encoded now."""
+        has = np.diff(self.Y.indptr) > 0
+        missing = np.flatnonzero(has & ~np.isfinite(self.query_buffer[:, 0]))
+        qv = self.query_buffer.copy()
+        if len(missing):
+            qv[missing] = model.query_vectors_np([query_texts[i] for i in missing], self.encode_batch_size, False)
+        qv[~has] = np.nan  # queries without positives are never trained on
+        lv = model.all_label_vectors() if self.mine_with == "classifiers" else model.label_text_vectors(self.encode_batch_size)
+        return qv, lv
+
+    def _mine(self, epoch: int, qv: np.ndarray, lv: np.ndarray, out: dict[str, Any]) -> None:
+        t0 = time.perf_counter()
+        sl = self._shortlist_file(epoch)
+        mine_classifier_shortlist(self.Y, qv, lv, self.k_h, sl, self.index_kind, **self.index_kw)
+        if isinstance(sl, np.memmap):
+            sl.flush()
+        out["shortlist"], out["seconds"] = sl, time.perf_counter() - t0
+
+    def _install(self, epoch: int, result: dict[str, Any], extra_seconds: float = 0.0) -> None:
+        old = self.shortlist
+        self.shortlist = result["shortlist"]
+        self.refreshed_at.append(epoch)
+        self.refresh_seconds.append(result["seconds"] + extra_seconds)
+        if isinstance(old, np.memmap) and self.work_dir is not None:
+            # only the current shortlist is kept on disk
+            path = Path(old.filename)
+            del old
+            if path.exists() and path.name != f"shortlist_epoch{epoch}.npy":
+                path.unlink()
+        log.info("ASTRA shortlist (%s) refreshed for epoch %d in %.1f s", self.mine_with, epoch, self.refresh_seconds[-1])
+
+    def on_epoch_start(self, epoch: int, model: Any, query_texts: list[str]) -> None:
+        if self._pending is not None and self._pending[0] == epoch:
+            _, thread, result = self._pending
+            t0 = time.perf_counter()
+            thread.join()
+            self._pending = None
+            log.info("ASTRA async refresh: waited %.1f s for the miner", time.perf_counter() - t0)
+            self._install(epoch, result, result.get("snapshot_seconds", 0.0))
+        elif self.due(epoch) and epoch not in self.refreshed_at:
+            t0 = time.perf_counter()
+            qv, lv = self._snapshot(model, query_texts)
+            result: dict[str, Any] = {}
+            self._mine(epoch, qv, lv, result)
+            self._install(epoch, result, time.perf_counter() - t0 - result["seconds"])
+        # pipelining: mine next epoch's shortlist while this epoch trains (needs embeddings from at least one epoch)
+        if self.async_refresh and self.due(epoch + 1) and epoch + 1 > self.start_epoch and self._pending is None \
+                and (epoch + 1) not in self.refreshed_at:
+            t0 = time.perf_counter()
+            qv, lv = self._snapshot(model, query_texts)
+            result = {"snapshot_seconds": time.perf_counter() - t0}
+            thread = threading.Thread(target=self._mine, args=(epoch + 1, qv, lv, result), daemon=True)
+            thread.start()
+            self._pending = (epoch + 1, thread, result)
+
+    # ---- batches -------------------------------------------------------------------------------------
+    def _uniform(self, rng: np.random.Generator, shape: tuple[int, int], exclude: np.ndarray) -> np.ndarray:
+        """Draws (with replacement) uniform over [L] minus each row's ``exclude`` entries (-1 = none),
+        by rejection: |exclude| << L, so a few rounds suffice. Vectorised over the batch."""
+        draws = rng.integers(0, self.n_labels, size=shape)
+        if exclude.size:
+            for _ in range(64):
+                bad = (draws[:, :, None] == exclude[:, None, :]).any(2)
+                if not bad.any():
+                    break
+                draws[bad] = rng.integers(0, self.n_labels, size=int(bad.sum()))
+        return draws
+
+    def _is_positive(self, query_idx: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Elementwise: is ``labels[b, j]`` a true label of ``query_idx[b]``? (sorted-key lookup)"""
+        sub = self.Y[query_idx]
+        keys = np.repeat(np.arange(len(query_idx), dtype=np.int64), np.diff(sub.indptr)) * self.n_labels + sub.indices
+        keys.sort()
+        q = np.arange(len(query_idx), dtype=np.int64)[:, None] * self.n_labels + labels
+        at = np.searchsorted(keys, q).clip(max=max(len(keys) - 1, 0))
+        return (keys[at] == q) if len(keys) else np.zeros(labels.shape, bool)
+
+    def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
+        L, B = self.n_labels, len(query_idx)
+        sampled = self.sample_positives(query_idx, rng)
+        hard_on = self.shortlist is not None
+        k_uni = self.k_r if hard_on else self.k_h + self.k_r
+        kp = max((len(p) for p in sampled), default=0)
+        # positives block (B x kp, padded)
+        p_ids = np.zeros((B, kp), np.int64)
+        p_ok = np.zeros((B, kp), bool)
+        for b, p in enumerate(sampled):
+            p_ids[b, : len(p)], p_ok[b, : len(p)] = p, True
+        # stale hard negatives (weight 1): the stored shortlist rows, -1 = padding
+        hard = np.asarray(self.shortlist[query_idx], dtype=np.int64) if hard_on else np.zeros((B, 0), np.int64)
+        h_ok = hard >= 0
+        n_hard = h_ok.sum(1)
+        # fresh uniform negatives from [L] \ H: each stands for (L - |H|)/k_uni labels, so the sum is an
+        # unbiased estimate of the negative loss over [L] \ H; a draw that hits a positive adds nothing (y = 1)
+        uni = self._uniform(rng, (B, k_uni), hard) if k_uni else np.zeros((B, 0), np.int64)
+        u_ok = ~self._is_positive(query_idx, uni) if k_uni else np.zeros((B, 0), bool)
+        cand = np.concatenate([p_ids, np.where(h_ok, hard, -1), uni], 1)
+        valid = np.concatenate([p_ok, h_ok, u_ok], 1)
+        pos = np.concatenate([p_ok, np.zeros_like(h_ok), np.zeros_like(u_ok)], 1)
+        u_w = ((L - n_hard) / max(1, k_uni)).astype(np.float32)[:, None].repeat(k_uni, 1)
+        weight = np.concatenate([np.ones((B, kp), np.float32), np.ones(hard.shape, np.float32), u_w], 1)
+        kind = np.concatenate([np.full((B, kp), 1, np.int8), np.full(hard.shape, 2, np.int8),
+                               np.full((B, k_uni), 3, np.int8)], 1)  # for the logged loss parts
+        batch = CandidateBatch(query_idx, np.unique(cand[valid]), torch.from_numpy(pos), valid=torch.from_numpy(valid),
+                               weights=torch.from_numpy(weight))
+        batch.extras.update({"candidates": torch.from_numpy(np.where(valid, cand, 0)), "drawn": cand,
+                             "kind": torch.from_numpy(kind), "record": self.record_query_vectors})
+        return batch
+
+    # ---- checkpoint ----------------------------------------------------------------------------------
+    def finish_pending(self) -> None:
+        if self._pending is not None:
+            self._pending[1].join()
+
+    def state_dict(self) -> dict[str, Any]:
+        self.finish_pending()
+        pending = None
+        if self._pending is not None:  # a finished background refresh for the next epoch
+            pending = (self._pending[0], np.asarray(self._pending[2]["shortlist"]), self._pending[2]["seconds"])
+        return {"shortlist": None if self.shortlist is None else np.asarray(self.shortlist),
+                "refreshed_at": list(self.refreshed_at), "refresh_seconds": list(self.refresh_seconds),
+                "query_buffer": self.query_buffer, "pending": pending}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.shortlist = state.get("shortlist")
+        self.refreshed_at = list(state.get("refreshed_at", []))
+        self.refresh_seconds = list(state.get("refresh_seconds", []))
+        if state.get("query_buffer") is not None:
+            self.query_buffer = state["query_buffer"]
+        pending = state.get("pending")
+        if pending is not None:
+            done = threading.Thread(target=lambda: None)
+            done.start()
+            self._pending = (pending[0], done, {"shortlist": pending[1], "seconds": pending[2]})
+
+
+# ------------------------------------------------------------------------------------------------
+# objective
+# ------------------------------------------------------------------------------------------------
+class ASTRAObjective(Objective):
+    """Paper eq. (2): Σ_{P} softplus(-s) + Σ_{H} softplus(s) + (L-k_h)/k_r · Σ_{R} softplus(s),
+    summed over a query's candidates and averaged over the batch's queries."""
+
+    def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
+        q = model.query_vectors([query_texts[i] for i in batch.query_idx])  # B x (d+1)
+        record = batch.extras.get("record")
+        if record is not None:
+            record(batch.query_idx, q)
+        cand = batch.extras["candidates"].to(q.device)
+        w = model.classifiers(cand)  # B x C x (d+1): only these rows get gradients
+        s = torch.einsum("bd,bcd->bc", q, w).float()
+        pos, valid, weights = self.targets(batch, q.device)
+        per = F.binary_cross_entropy_with_logits(s, pos.float(), reduction="none") * weights * valid
+        loss = per.sum(1).mean()
+        kind = batch.extras.get("kind")
+        if kind is not None:
+            kind = kind.to(q.device)
+            self.last_parts = {name: float(per[kind == code].sum().detach()) / max(1, len(q))
+                               for name, code in (("positive", 1), ("hard", 2), ("uniform", 3))}
+        return loss
+
+
+def full_ova_loss(model: ASTRAModel, Y: sp.csr_matrix, query_idx: np.ndarray, texts: Sequence[str]) -> torch.Tensor:
+    """The full one-vs-all BCE (paper eq. 1) of the given queries: every label scored. For tests and
+    the scale benchmark's all-labels peer."""
+    q = model.query_vectors([texts[i] for i in query_idx])
+    s = (q @ model.W.weight.T).float()
+    y = torch.from_numpy(Y.tocsr()[query_idx].toarray() > 0).to(s.device).float()
+    return F.binary_cross_entropy_with_logits(s, y, reduction="none").sum(1).mean()
+
+
+class FullOvAObjective(Objective):
+    """Every label scored for every query (the all-labels peer of the scale benchmark and the
+    ``uniform_negatives: all`` reference): O(B·L·d) per step."""
+
+    def __init__(self, Y: sp.csr_matrix) -> None:
+        super().__init__()
+        self.Y = Y.tocsr()
+
+    def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
+        return full_ova_loss(model, self.Y, batch.query_idx, query_texts)
+
+
+# ------------------------------------------------------------------------------------------------
+# one run
+# ------------------------------------------------------------------------------------------------
+NEGATIVE_KEYS = {"max_positives_per_query", "hard_negatives", "uniform_negatives", "refresh_every_epochs", "start_epoch",
+                 "mine_with", "index_kind", "async_refresh", "encode_batch_size", "hnsw_m", "ef_search", "nprobe"}
+
+
+def build_astra_sampler(Y: sp.csr_matrix, dim: int, cfg: dict[str, Any], work_dir: str | Path | None) -> ASTRANegatives:
+    unknown = set(cfg) - NEGATIVE_KEYS
+    if unknown:
+        raise ConfigError(f"astra.negatives: unknown keys {sorted(unknown)} (known: {sorted(NEGATIVE_KEYS)})")
+    return ASTRANegatives(Y, dim, work_dir=work_dir, **cfg)
+
+
+def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any], label_texts: Sequence[str],
+                      Y_train: sp.csr_matrix | None = None) -> ASTRAModel:
+    from xmc.encoders import build_encoder
+
+    bias = model_cfg.get("bias_init", "prior")
+    if bias == "prior":
+        # σ(b) = mean positives per query / L: a label's logit from the base rate alone, so the
+        # L - |P| negatives do not dominate the first steps
+        if Y_train is None or Y_train.shape[0] == 0:
+            raise ConfigError("astra.model.bias_init 'prior' needs the training label matrix")
+        rate = min(max(Y_train.nnz / Y_train.shape[0] / len(label_texts), 1e-9), 0.5)
+        bias = math.log(rate / (1 - rate))
+    model = ASTRAModel(build_encoder(encoder_cfg), label_texts, bias_init=float(bias))
+    model.init_classifiers(model_cfg.get("init_classifiers", "label_text"), float(model_cfg.get("init_scale", 1.0)))
+    return model
+
+
+def train_astra(ds: Any, cfg: dict[str, Any], model_dir: str | Path, work_dir: str | Path, plots_dir: str | Path,
+                eval_params: dict[str, Any] | None = None) -> tuple[ASTRAModel, dict[str, Any]]:
+    """Train one ASTRA run through the shared :class:`Trainer` and save it to ``model_dir`` (atomically)."""
+    from xmc.io import atomic_dir
+    from xmc.methods.dual_encoder import set_threads
+    from xmc.train import RetrievalEvaluator, Trainer, TrainConfig
+
+    set_threads()
+    torch.manual_seed(int(cfg["train"].get("seed", 0)))
+    freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+    model = build_astra_model(cfg["encoder"], cfg.get("model", {}), ds.label_texts, ds.trn.Y)
+    sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg.get("negatives", {})), Path(work_dir) / "shortlists")
+    tcfg = TrainConfig.from_params(cfg["train"])
+    evaluator, every = None, int(cfg["train"].get("eval_every_epochs", 0))
+    if every:  # monitoring only (no model selection) on a fixed test slice
+        ev = eval_params or {}
+        n_val = int(cfg["train"].get("val_max_instances", 500))
+        evaluator = RetrievalEvaluator(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
+                                       a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5)))
+    trainer = Trainer(model, sampler, ASTRAObjective(), tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
+                      eval_every_epochs=every,
+                      fingerprint_extra={"method": "astra", **{k: cfg.get(k) for k in ("encoder", "model", "negatives")},
+                                         "data": ds.meta.get("content_sha256")})
+    t0 = time.perf_counter()
+    result = trainer.fit()
+    sampler.finish_pending()
+    wall = time.perf_counter() - t0
+    trainer.write_curves(plots_dir)
+    with atomic_dir(model_dir) as tmp:
+        model.save(tmp)
+    hist = result["history"]
+    summary = {
+        "train_seconds": round(sum(e["seconds"] for e in hist["epochs"]), 2),  # epochs include refreshes
+        "wall_seconds_this_run": round(wall, 2), "epochs": len(hist["epochs"]), "steps": trainer.global_step,
+        "final_loss": hist["loss"][-1]["loss"] if hist["loss"] else None,
+        "refresh_seconds": [round(s, 2) for s in sampler.refresh_seconds], "refreshed_at_epochs": sampler.refreshed_at,
+        "device": str(trainer.device), "last_validation": hist["val"][-1] if hist["val"] else None,
+    }
+    (Path(model_dir) / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    return model, summary
