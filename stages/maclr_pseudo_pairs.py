@@ -1,0 +1,72 @@
+"""MACLR pseudo pairs from raw text -> data/maclr_pairs (versioned; see xmc.maclr.pseudo).
+
+Reads instance and label *texts* only (xmc.maclr.corpus.load_texts_only: trn.jsonl, lbl.jsonl; never
+trn_Y.npz) and writes them, the ICT pairs and the TF-IDF top-k, which is all the zero-shot training
+stage (stages.maclr) reads. Usage: ``python -m stages.maclr_pseudo_pairs``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+
+from xmc.baselines.tfidf import fit_tfidf
+from xmc.config import load_params, run_entry_point
+from xmc.data.formats import read_json_lines
+from xmc.io import write_json
+from xmc.maclr.corpus import load_texts_only
+from xmc.maclr.pseudo import PseudoPairs, ict_pairs_from_groups, ict_pairs_from_titles, tfidf_topk
+
+log = logging.getLogger("stages.maclr_pseudo_pairs")
+
+
+def _raw_titles(params: dict) -> tuple[list[str], list[str]] | None:
+    """(titles, contents) of the raw JSON-lines training file when the dataset has titles; the records'
+    label fields are dropped as they are read."""
+    data = params["data"]
+    meta = json.loads((Path(data.get("processed_dir", "data/processed")) / "meta.json").read_text())
+    if meta.get("layout") != "jsonl" or "title" not in (meta.get("text_fields") or []):
+        return None
+    src = Path(meta["source"]) / "trn.jsonl"
+    recs = [(r.get("title") or "", r.get("content") or "") for _, r in read_json_lines(src)]
+    return [t for t, _ in recs], [c for _, c in recs]
+
+
+def build_pairs(params: dict) -> PseudoPairs:
+    cfg = params["maclr"]["pairs"]
+    corpus = load_texts_only(params["data"].get("processed_dir", "data/processed"))
+    t0 = time.perf_counter()
+    titled = _raw_titles(params)
+    if titled is not None and len(titled[0]) == len(corpus):
+        ict = ict_pairs_from_titles(*titled, remove_title_prob=float(cfg["title_remove_prob"]), seed=int(cfg["seed"]))
+        ict_kind = "title"
+    else:
+        ict = ict_pairs_from_groups(corpus.texts, corpus.groups, window=int(cfg["ict_window"]))
+        ict_kind = "neighbouring_sentences"
+    ict_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    # the baseline's vectoriser settings, fit on training + label texts; no test text is read (the
+    # "test" argument is a training text because fit_tfidf transforms a non-empty test list)
+    feats = fit_tfidf(corpus.texts, corpus.texts[:1], corpus.label_texts, params["tfidf"])
+    ids, scores = tfidf_topk(feats.trn, feats.lbl, int(cfg["tfidf_k"]), float(cfg["tfidf_min_score"]))
+    tfidf_seconds = time.perf_counter() - t0
+    return PseudoPairs(corpus.texts, corpus.label_texts, ict, ids, scores,
+                       meta={"ict_kind": ict_kind, "params": cfg, "tfidf_params": params["tfidf"],
+                             "seconds": {"ict": round(ict_seconds, 2), "tfidf": round(tfidf_seconds, 2)}})
+
+
+def main() -> None:
+    params = load_params()
+    out = Path(params["maclr"]["pairs_dir"])
+    pairs = build_pairs(params)
+    pairs.save(out)
+    log.info("pseudo pairs -> %s: %s", out, pairs.counts())
+    for s in pairs.sample():
+        log.info("sample: %s", s)
+    write_json(out.parent / "maclr_pairs_timing.json", pairs.meta["seconds"])
+
+
+if __name__ == "__main__":
+    run_entry_point(main)
