@@ -1,0 +1,486 @@
+"""UniDEC (Kharbanda et al., WWW'25): a dual-encoder head and a classifier head on one encoder,
+trained together on pick-some-labels (PSL) batches.
+
+* :class:`UniDECModel` - shared encoder Φ; DE head Φ_D = N(g1(Φ)), g1 = Linear, Tanh, Dropout;
+  CLF head Φ_C = g2(Φ), g2 = Linear, Dropout (unnormalised); a per-label classifier table Ψ (L x d).
+  Scores: DE <Φ_D(x), Φ_D(z_l)>, CLF <Φ_C(x), Ψ_l>. Inference searches one index over
+  [Φ_D(z_l) ⊕ N(Ψ_l)] with [Φ_D(x) ⊕ N(Φ_C(x))], so a hit's score is cos_DE + cos_CLF.
+* :class:`PickSomeLabelsSampler` - query batches made of k-means clusters of the DE query
+  embeddings; per query ≤ β sampled positives and η hard negatives from an ANN shortlist
+  (both refreshed every τ epochs); pool = union; in-batch positives = every true label in the pool.
+* :class:`UniDECObjective` - DecoupledSoftmax on both heads, both directions (q→l, l→q),
+  λ-weighted, plus the optional auxiliary BCE on the classifier head over the pool.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from xmc.ann import ANNIndex
+from xmc.encoders import TextEncoder, load_encoder
+from xmc.errors import ConfigError
+from xmc.losses import DecoupledSoftmaxLoss
+from xmc.negatives.base import CandidateBatch, pool_batch
+from xmc.negatives.samplers import HardNegativeShortlist
+from xmc.train.objective import Objective
+
+log = logging.getLogger(__name__)
+
+SPACES = ("concat", "de", "clf")
+
+
+# ------------------------------------------------------------------------------------------------
+# model
+# ------------------------------------------------------------------------------------------------
+class UniDECModel(nn.Module):
+    """Shared encoder + DE head (g1) + CLF head (g2) + classifier table Ψ.
+
+    ``space`` chooses what :meth:`all_label_vectors` / :meth:`query_vectors_np` return (the
+    generic evaluator and hard-negative miner call those): ``concat`` (UniDEC), ``de`` or ``clf``.
+    """
+
+    def __init__(self, encoder: TextEncoder, label_texts: Sequence[str], dim: int = 256, dropout: float = 0.1,
+                 space: str = "concat", dropout_clf: float | None = None) -> None:
+        super().__init__()
+        if space not in SPACES:
+            raise ConfigError(f"unidec space must be one of {SPACES}, not {space!r}")
+        self.encoder = encoder
+        self.label_texts = list(label_texts)
+        # ``dropout`` is g1's (DE head); ``dropout_clf`` is g2's and defaults to the same (paper: 0.1 both)
+        self.dim, self.dropout_p, self.space = dim, dropout, space
+        self.dropout_clf = dropout if dropout_clf is None else dropout_clf
+        d_in = encoder.dim
+        self.g1 = nn.Sequential(nn.Linear(d_in, dim), nn.Tanh(), nn.Dropout(dropout))
+        self.g2 = nn.Sequential(nn.Linear(d_in, dim), nn.Dropout(self.dropout_clf))
+        # Orthogonal projections with zero bias: at step 0 both heads score (almost) like the base
+        # encoder (Φ is unit-norm, tanh is near-linear there), so training starts from its ranking
+        # instead of from a random rotation of it.
+        for lin in (self.g1[0], self.g2[0]):
+            nn.init.orthogonal_(lin.weight)
+            nn.init.zeros_(lin.bias)
+        # sparse: a step touches only the pool's rows (the trainer gives it SparseAdam)
+        self.psi = nn.Embedding(self.n_labels, dim, sparse=True)
+        nn.init.normal_(self.psi.weight, std=dim**-0.5)
+
+    @property
+    def n_labels(self) -> int:
+        return len(self.label_texts)
+
+    # ---- training-time forward (with gradients) -------------------------------------------------
+    def query_heads(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(Φ_D(x), Φ_C(x)) from one encoder pass: the DE vector is unit-norm, the CLF one is not."""
+        phi = self.encoder(list(texts), "query")
+        return F.normalize(self.g1(phi), dim=-1), self.g2(phi)
+
+    def label_de(self, label_ids: np.ndarray) -> torch.Tensor:
+        return F.normalize(self.g1(self.encoder([self.label_texts[i] for i in label_ids], "label")), dim=-1)
+
+    def classifiers(self, label_ids: np.ndarray) -> torch.Tensor:
+        return self.psi(torch.as_tensor(np.asarray(label_ids), dtype=torch.long, device=self.psi.weight.device))
+
+    def param_groups(self) -> dict[str, list[nn.Parameter]]:
+        """Paper §2: encoder 1e-4, projections 2e-4, Ψ 1e-3 - three groups with their own lr."""
+        return {"encoder": [p for p in self.encoder.parameters() if p.requires_grad],
+                "heads": list(self.g1.parameters()) + list(self.g2.parameters()),
+                "classifier": [self.psi.weight]}
+
+    # ---- no-grad numpy views (indexing, mining, clustering) ------------------------------------
+    @torch.no_grad()
+    def _heads_np(self, texts: Sequence[str], side: str, batch_size: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
+        was = self.training
+        self.eval()
+        phi = torch.from_numpy(self.encoder.encode(list(texts), side, batch_size, progress))
+        de, clf = [], []
+        for s in range(0, len(phi), 8192):
+            x = phi[s : s + 8192].to(self.psi.weight.device)
+            de.append(F.normalize(self.g1(x), dim=-1).float().cpu())
+            clf.append(self.g2(x).float().cpu())
+        self.train(was)
+        return torch.cat(de).numpy(), torch.cat(clf).numpy()
+
+    @torch.no_grad()
+    def label_space_vectors(self, space: str, batch_size: int = 256, progress: bool = True) -> np.ndarray:
+        if space not in SPACES:
+            raise ConfigError(f"space must be one of {SPACES}")
+        psi_n = F.normalize(self.psi.weight.detach().float(), dim=-1).cpu().numpy()
+        if space == "clf":
+            return np.ascontiguousarray(psi_n)
+        de, _ = self._heads_np(self.label_texts, "label", batch_size, progress)
+        return de if space == "de" else np.ascontiguousarray(np.hstack([de, psi_n]))
+
+    @torch.no_grad()
+    def query_space_vectors(self, texts: Sequence[str], space: str, batch_size: int = 256,
+                            progress: bool = True) -> np.ndarray:
+        de, clf = self._heads_np(texts, "query", batch_size, progress)
+        clf_n = clf / np.maximum(np.linalg.norm(clf, axis=1, keepdims=True), 1e-12)
+        return {"de": de, "clf": clf_n.astype(np.float32),
+                "concat": np.ascontiguousarray(np.hstack([de, clf_n]).astype(np.float32))}[space]
+
+    def all_label_vectors(self, batch_size: int = 256, progress: bool = True) -> np.ndarray:
+        return self.label_space_vectors(self.space, batch_size, progress)
+
+    def query_vectors_np(self, texts: Sequence[str], batch_size: int = 256, progress: bool = True) -> np.ndarray:
+        return self.query_space_vectors(texts, self.space, batch_size, progress)
+
+    @torch.no_grad()
+    def init_classifiers_from_label_text(self, batch_size: int = 256) -> None:
+        """Ψ_l := Φ_C(z_l) (the CLF projection of label l's text, eval mode). The paper leaves Ψ's
+        init open; this starts the classifier as a label-text retriever (so labels that never occur
+        in training keep a meaningful vector) instead of from noise."""
+        _, clf = self._heads_np(self.label_texts, "label", batch_size, progress=False)
+        self.psi.weight.data.copy_(torch.from_numpy(clf).to(self.psi.weight.device))
+
+    @torch.no_grad()
+    def reset_unseen_classifiers(self, train_label_freq: np.ndarray, batch_size: int = 256) -> int:
+        """Ψ_l := Φ_C(z_l) under the *trained* encoder for labels with no training positive.
+
+        [not in the paper] Such a Ψ_l never receives a positive gradient: it keeps its initial
+        vector (made by the untrained encoder) minus whatever pushes it got as a hard negative, so
+        its CLF half only adds noise to the concatenated score. Its label-text CLF embedding is
+        the classifier's zero-shot estimate. Returns the number of rows replaced."""
+        unseen = np.flatnonzero(np.asarray(train_label_freq).ravel() == 0)
+        if len(unseen):
+            _, clf = self._heads_np([self.label_texts[i] for i in unseen], "label", batch_size, progress=False)
+            self.psi.weight.data[torch.from_numpy(unseen).to(self.psi.weight.device)] = \
+                torch.from_numpy(clf).to(self.psi.weight.device)
+        return len(unseen)
+
+    @torch.no_grad()
+    def zero_unseen_classifiers(self, train_label_freq: np.ndarray) -> int:
+        """Ψ_l := 0 for labels with no training positive, so they are ranked by their DE half alone.
+
+        [not in the paper] Such a Ψ_l never receives a positive gradient (it keeps its initial
+        vector minus the pushes it got as a hard negative), so its CLF cosine is noise that buries
+        unseen labels in the concatenated index; a zero row has cosine 0 (N(0) = 0), leaving cos_DE.
+        Returns the number of rows zeroed."""
+        unseen = np.flatnonzero(np.asarray(train_label_freq).ravel() == 0)
+        if len(unseen):
+            self.psi.weight.data[torch.from_numpy(unseen).to(self.psi.weight.device)] = 0.0
+        return len(unseen)
+
+    # ---- persistence ---------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        self.encoder.save(path / "encoder")
+        torch.save({"g1": self.g1.state_dict(), "g2": self.g2.state_dict(), "psi": self.psi.weight.detach().cpu()},
+                   path / "unidec_heads.pt")
+        (path / "unidec.json").write_text(json.dumps({"dim": self.dim, "dropout": self.dropout_p,
+                                                      "dropout_clf": self.dropout_clf, "n_labels": self.n_labels},
+                                                     indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path, label_texts: Sequence[str], space: str = "concat") -> UniDECModel:
+        path = Path(path)
+        if not (path / "unidec.json").exists():
+            raise ConfigError(f"{path / 'unidec.json'}: not a saved UniDEC model")
+        cfg = json.loads((path / "unidec.json").read_text())
+        if cfg["n_labels"] != len(label_texts):
+            raise ConfigError(f"{path}: model has {cfg['n_labels']} labels, the data {len(label_texts)}")
+        model = cls(load_encoder(path / "encoder"), label_texts, dim=cfg["dim"], dropout=cfg["dropout"], space=space,
+                    dropout_clf=cfg.get("dropout_clf"))
+        st = torch.load(path / "unidec_heads.pt", map_location="cpu")
+        model.g1.load_state_dict(st["g1"])
+        model.g2.load_state_dict(st["g2"])
+        model.psi.weight.data.copy_(st["psi"])
+        return model.eval()
+
+
+# ------------------------------------------------------------------------------------------------
+# pick-some-labels sampler
+# ------------------------------------------------------------------------------------------------
+def cluster_chunks(vectors: np.ndarray, ids: np.ndarray, cluster_size: int, seed: int, niter: int = 10) -> list[np.ndarray]:
+    """Spherical k-means (faiss) into ~len/cluster_size clusters; clusters larger than
+    ``cluster_size`` are cut into chunks of at most that size, so every chunk is a group of
+    similar queries of bounded size (NGAME-style batching: a batch is several such chunks)."""
+    import faiss
+
+    n = len(ids)
+    k = max(1, min(n, int(math.ceil(n / max(1, cluster_size)))))
+    if k == 1:
+        return [ids.copy()]
+    x = np.ascontiguousarray(vectors[ids], dtype=np.float32)
+    km = faiss.Kmeans(x.shape[1], k, niter=niter, seed=seed, spherical=True, verbose=False,
+                      min_points_per_centroid=1, max_points_per_centroid=max(256, 4 * cluster_size))
+    km.train(x)
+    _, assign = km.index.search(x, 1)
+    assign = assign.ravel()
+    order = np.argsort(assign, kind="stable")
+    bounds = np.flatnonzero(np.diff(assign[order])) + 1
+    chunks = []
+    for members in np.split(ids[order], bounds):
+        chunks.extend(members[s : s + cluster_size] for s in range(0, len(members), cluster_size))
+    return chunks
+
+
+class PickSomeLabelsSampler(HardNegativeShortlist):
+    """PSL batches (UniDEC §3, Algorithm 1).
+
+    * ``max_positives_per_query`` = β: positives sampled per query (0 = all);
+    * ``negatives_per_query`` = η: hard negatives drawn per query from its top-``shortlist_size``
+      DE neighbours (positives removed), the shortlist rebuilt every ``refresh_every_epochs`` = τ;
+    * query batches: chunks of ``cluster_size`` similar queries (k-means over Φ_D(x)), re-clustered
+      every ``cluster_every_epochs``, chunk order shuffled per epoch; random batches before the first
+      clustering (or always, with ``cluster_size`` 0);
+    * pool L_B = ∪ sampled positives ∪ hard negatives; P_i^B = P_i ∩ L_B (every true label in the
+      pool is a positive, including those brought by other queries: ``unsampled_positives="positive"``).
+    """
+
+    def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 3, negatives_per_query: int = 6,
+                 shortlist_size: int = 30, refresh_every_epochs: int = 5, start_epoch: int = 0,
+                 cluster_size: int = 16, cluster_every_epochs: int | None = None, cluster_start_epoch: int | None = None,
+                 index_kind: str = "exact", encode_batch_size: int = 256, **positive_sampling: Any) -> None:
+        super().__init__(Y, max_positives_per_query, shortlist_size=shortlist_size,
+                         negatives_per_query=negatives_per_query, refresh_every_epochs=refresh_every_epochs,
+                         start_epoch=start_epoch, index_kind=index_kind, encode_batch_size=encode_batch_size,
+                         unsampled_positives="positive", **positive_sampling)
+        self.cluster_size = int(cluster_size)
+        self.cluster_every = int(cluster_every_epochs or refresh_every_epochs)
+        self.cluster_start = int(start_epoch if cluster_start_epoch is None else cluster_start_epoch)
+        if self.cluster_every < 1:
+            raise ConfigError("cluster_every_epochs must be >= 1")
+        self.chunks: list[np.ndarray] | None = None
+        self.clustered_at: list[int] = []
+        self.cluster_seconds: list[float] = []
+
+    def cluster_due(self, epoch: int) -> bool:
+        return self.cluster_size > 0 and epoch >= self.cluster_start and \
+            (epoch - self.cluster_start) % self.cluster_every == 0
+
+    def on_epoch_start(self, epoch: int, model: Any, query_texts: list[str]) -> None:
+        mine = self.negatives_per_query > 0 and self.due(epoch) and epoch not in self.refreshed_at
+        clus = self.cluster_due(epoch) and epoch not in self.clustered_at
+        if not (mine or clus):
+            return
+        t0 = time.perf_counter()
+        # one encoding of the training queries serves both the shortlist and the clustering
+        qv = model.query_space_vectors(query_texts, "de", self.encode_batch_size, progress=False)
+        if mine:
+            lv = model.label_space_vectors("de", self.encode_batch_size, progress=False)
+            self.refresh_from_vectors(qv, lv)
+            self.refreshed_at.append(epoch)
+            self.refresh_seconds.append(time.perf_counter() - t0)
+            log.info("PSL hard-negative shortlist refreshed at epoch %d in %.1f s", epoch, self.refresh_seconds[-1])
+        if clus:
+            t1 = time.perf_counter()
+            has = np.flatnonzero(np.diff(self.Y.indptr) > 0)
+            self.chunks = cluster_chunks(qv, has, self.cluster_size, seed=epoch)
+            self.clustered_at.append(epoch)
+            self.cluster_seconds.append(time.perf_counter() - t1)
+            log.info("PSL query clusters refreshed at epoch %d: %d chunks in %.1f s", epoch, len(self.chunks),
+                     self.cluster_seconds[-1])
+
+    def query_batches(self, epoch: int, batch_size: int, seed: int) -> list[np.ndarray]:
+        if self.chunks is None:
+            return super().query_batches(epoch, batch_size, seed)
+        rng = np.random.default_rng([seed, epoch])
+        order = np.concatenate([self.chunks[i] for i in rng.permutation(len(self.chunks))])
+        return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+    def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
+        sampled = self.sample_positives(query_idx, rng)  # P̂_i, |P̂_i| <= β
+        extra: list[np.ndarray] = []  # Ĥ_i ⊂ H_i − P_i
+        if self.shortlist is not None and self.negatives_per_query > 0:
+            for row in self.shortlist[query_idx]:
+                cand = row[row >= 0]
+                if len(cand):
+                    extra.append(rng.choice(cand, min(self.negatives_per_query, len(cand)), replace=False))
+        batch = pool_batch(self.Y, query_idx, sampled, extra, "positive")
+        pos = batch.positives
+        batch.extras["pool_size"] = float(pos.shape[1])
+        batch.extras["in_batch_positives"] = float(pos.sum(1).float().mean()) if pos.numel() else 0.0
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), "chunks": self.chunks, "clustered_at": list(self.clustered_at),
+                "cluster_seconds": list(self.cluster_seconds)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.chunks = state.get("chunks")
+        self.clustered_at = list(state.get("clustered_at", []))
+        self.cluster_seconds = list(state.get("cluster_seconds", []))
+
+
+# ------------------------------------------------------------------------------------------------
+# objective
+# ------------------------------------------------------------------------------------------------
+class UniDECObjective(Objective):
+    """L = λ·L_D + (1−λ)·L_C (+ w_bce·BCE on the CLF scores over the pool), where each head's loss is
+    λ_h·DS(q→l) + (1−λ_h)·DS(l→q) on the same pool and the same in-batch positive mask.
+
+    The l→q direction is the DS loss on the transposed score block: each pool label against the
+    batch's queries, its positives being the in-batch queries that have it (P_L); labels of the
+    pool with no positive query in the batch drop out (no term)."""
+
+    def __init__(self, temperature_de: float = 0.05, temperature_clf: float = 0.05, lam: float = 0.5,
+                 lam_de: float = 0.5, lam_clf: float = 0.5, bce_weight: float = 0.0) -> None:
+        super().__init__()
+        self.ds_de, self.ds_clf = DecoupledSoftmaxLoss(temperature_de), DecoupledSoftmaxLoss(temperature_clf)
+        self.temperature_clf = temperature_clf
+        self.lam, self.lam_de, self.lam_clf, self.bce_weight = lam, lam_de, lam_clf, bce_weight
+
+    @staticmethod
+    def _both_ways(loss: nn.Module, s: torch.Tensor, pos: torch.Tensor, lam_q2l: float) -> tuple[torch.Tensor, torch.Tensor]:
+        q2l = loss(s, pos)
+        l2q = loss(s.T, pos.T) if lam_q2l < 1.0 else s.sum() * 0.0
+        return q2l, l2q
+
+    def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
+        if batch.label_ids is None:
+            raise ConfigError("UniDEC trains on a label pool; an all-labels batch has no PSL pool")
+        q_de, q_clf = model.query_heads([query_texts[i] for i in batch.query_idx])
+        z_de = model.label_de(batch.label_ids)
+        psi = model.classifiers(batch.label_ids)
+        pos = batch.positives.to(q_de.device)
+        s_de = (q_de @ z_de.T).float()
+        s_clf = (q_clf @ psi.T).float()
+        de_q2l, de_l2q = self._both_ways(self.ds_de, s_de, pos, self.lam_de)
+        clf_q2l, clf_l2q = self._both_ways(self.ds_clf, s_clf, pos, self.lam_clf)
+        l_de = self.lam_de * de_q2l + (1 - self.lam_de) * de_l2q
+        l_clf = self.lam_clf * clf_q2l + (1 - self.lam_clf) * clf_l2q
+        loss = self.lam * l_de + (1 - self.lam) * l_clf
+        bce = s_clf.sum() * 0.0
+        if self.bce_weight > 0:
+            # auxiliary one-vs-all BCE over the pool (the paper's "DS + BCE" CLF loss; weight and
+            # label set unstated there): mean over pool entries so its scale is pool-size free
+            bce = F.binary_cross_entropy_with_logits(s_clf, pos.float())
+            loss = loss + self.bce_weight * bce
+        self.last_parts = {"de_q2l": float(de_q2l.detach()), "de_l2q": float(de_l2q.detach()),
+                           "clf_q2l": float(clf_q2l.detach()), "clf_l2q": float(clf_l2q.detach()),
+                           "bce": float(bce.detach()), "pool_size": batch.extras.get("pool_size", float(pos.shape[1])),
+                           "in_batch_positives": batch.extras.get("in_batch_positives", float(pos.sum(1).float().mean()))}
+        return loss
+
+
+# ------------------------------------------------------------------------------------------------
+# inference
+# ------------------------------------------------------------------------------------------------
+def predict_spaces(model: UniDECModel, texts: Sequence[str], k: int, spaces: Sequence[str] = SPACES,
+                   index_kind: str = "exact", batch_size: int = 256, **index_kw: Any) -> dict[str, dict[str, Any]]:
+    """Top-k per retrieval space from one encoding of labels and queries.
+
+    ``concat`` is one ANN index over [Φ_D(z) ⊕ N(Ψ)], queried with [Φ_D(x) ⊕ N(Φ_C(x))]: its inner
+    product is exactly cos_DE + cos_CLF, so no re-ranking stage is needed. Returns
+    {space: {"scores", "ids", "index", "index_seconds", "predict_seconds"}}."""
+    t0 = time.perf_counter()
+    de_l = model.label_space_vectors("de", batch_size, progress=False)
+    psi_n = model.label_space_vectors("clf", batch_size)
+    t_lbl = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    de_q, clf_q = model._heads_np(texts, "query", batch_size, progress=False)  # one encoder pass, both heads
+    clf_q = (clf_q / np.maximum(np.linalg.norm(clf_q, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+    t_q = time.perf_counter() - t0
+    lv = {"de": de_l, "clf": psi_n, "concat": np.hstack([de_l, psi_n])}
+    qv = {"de": de_q, "clf": clf_q, "concat": np.hstack([de_q, clf_q])}
+    out = {}
+    for space in spaces:
+        t0 = time.perf_counter()
+        index = ANNIndex(kind=index_kind, **index_kw).build(np.ascontiguousarray(lv[space], dtype=np.float32))
+        t_build = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        D, I = index.search(np.ascontiguousarray(qv[space], dtype=np.float32), k)
+        out[space] = {"scores": D, "ids": I, "index": index, "index_seconds": t_lbl + t_build,
+                      "predict_seconds": t_q + time.perf_counter() - t0}
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# one run: build, train, save, predict
+# ------------------------------------------------------------------------------------------------
+def build_psl_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> PickSomeLabelsSampler:
+    known = {"max_positives_per_query", "negatives_per_query", "shortlist_size", "refresh_every_epochs", "start_epoch",
+             "cluster_size", "cluster_every_epochs", "cluster_start_epoch", "index_kind", "encode_batch_size",
+             "positive_sampling", "propensity_a", "propensity_b"}
+    unknown = set(cfg) - known
+    if unknown:
+        raise ConfigError(f"unidec.psl: unknown keys {sorted(unknown)} (known: {sorted(known)})")
+    return PickSomeLabelsSampler(Y, **cfg)
+
+
+def build_unidec_objective(cfg: dict[str, Any]) -> UniDECObjective:
+    return UniDECObjective(temperature_de=float(cfg.get("temperature_de", 0.05)),
+                           temperature_clf=float(cfg.get("temperature_clf", 0.05)), lam=float(cfg.get("lam", 0.5)),
+                           lam_de=float(cfg.get("lam_de", 0.5)), lam_clf=float(cfg.get("lam_clf", 0.5)),
+                           bce_weight=float(cfg.get("bce_weight", 0.0)))
+
+
+def build_unidec_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any], label_texts: Sequence[str]) -> UniDECModel:
+    from xmc.encoders import build_encoder
+
+    clf_p = model_cfg.get("dropout_clf")
+    model = UniDECModel(build_encoder(encoder_cfg), label_texts, dim=int(model_cfg.get("dim", 256)),
+                        dropout=float(model_cfg.get("dropout", 0.1)), dropout_clf=None if clf_p is None else float(clf_p))
+    init = model_cfg.get("init_classifier", "label_text")
+    if init == "label_text":
+        model.init_classifiers_from_label_text()
+    elif init != "random":
+        raise ConfigError(f"unidec.model.init_classifier must be 'label_text' or 'random', not {init!r}")
+    return model
+
+
+def train_unidec(ds: Any, cfg: dict[str, Any], model_dir: str | Path, work_dir: str | Path, plots_dir: str | Path,
+                 eval_params: dict[str, Any] | None = None) -> tuple[UniDECModel, dict[str, Any]]:
+    """Train one UniDEC run through the shared :class:`Trainer`, save it to ``model_dir`` (atomically)."""
+    from xmc.io import atomic_dir
+    from xmc.methods.dual_encoder import set_threads
+    from xmc.train import RetrievalEvaluator, Trainer, TrainConfig
+
+    set_threads()
+    torch.manual_seed(int(cfg["train"].get("seed", 0)))
+    model = build_unidec_model(cfg["encoder"], cfg.get("model", {}), ds.label_texts)
+    sampler = build_psl_sampler(ds.trn.Y, dict(cfg.get("psl", {})))
+    objective = build_unidec_objective(cfg.get("loss", {}))
+    tcfg = TrainConfig.from_params(cfg["train"])
+    evaluator, every = None, int(cfg["train"].get("eval_every_epochs", 0))
+    if every:  # monitoring only (no model selection), concatenated space, on a fixed test slice
+        ev = eval_params or {}
+        n_val = int(cfg["train"].get("val_max_instances", 500))
+        freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+        evaluator = RetrievalEvaluator(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
+                                       a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5)))
+    trainer = Trainer(model, sampler, objective, tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
+                      eval_every_epochs=every,
+                      fingerprint_extra={"method": "unidec", **{k: cfg.get(k) for k in ("encoder", "model", "psl", "loss")},
+                                         "data": ds.meta.get("content_sha256")})
+    t0 = time.perf_counter()
+    result = trainer.fit()
+    wall = time.perf_counter() - t0
+    trainer.write_curves(plots_dir)
+    unseen_mode = cfg.get("model", {}).get("unseen_classifier", "keep")
+    n_reset = 0
+    if unseen_mode == "label_text":
+        n_reset = model.reset_unseen_classifiers(np.asarray(ds.trn.Y.sum(0)).ravel())
+    elif unseen_mode == "zero":
+        n_reset = model.zero_unseen_classifiers(np.asarray(ds.trn.Y.sum(0)).ravel())
+    elif unseen_mode != "keep":
+        raise ConfigError(f"unidec.model.unseen_classifier must be 'keep', 'zero' or 'label_text', not {unseen_mode!r}")
+    with atomic_dir(model_dir) as tmp:
+        model.save(tmp)
+    hist = result["history"]
+    losses = hist["loss"]
+    summary = {
+        "train_seconds": round(sum(e["seconds"] for e in hist["epochs"]), 2),  # epochs include refreshes
+        "wall_seconds_this_run": round(wall, 2), "epochs": len(hist["epochs"]), "steps": trainer.global_step,
+        "final_loss": losses[-1]["loss"] if losses else None,
+        "mean_pool_size": round(float(np.mean([r["pool_size"] for r in losses])), 1) if losses else None,
+        "mean_in_batch_positives": round(float(np.mean([r["in_batch_positives"] for r in losses])), 2) if losses else None,
+        "refresh_seconds": [round(s, 2) for s in sampler.refresh_seconds], "refreshed_at_epochs": sampler.refreshed_at,
+        "cluster_seconds": [round(s, 2) for s in sampler.cluster_seconds], "clustered_at_epochs": sampler.clustered_at,
+        "unseen_classifiers_reset": n_reset, "device": str(trainer.device),
+        "last_validation": hist["val"][-1] if hist["val"] else None,
+    }
+    (Path(model_dir) / "train_summary.json").write_text(json.dumps(summary, indent=2))
+    return model, summary
