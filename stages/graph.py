@@ -34,7 +34,8 @@ def derive_sets(params: dict, gcfg: dict, ds) -> dict[str, AnchorSet]:
     wcfg = gcfg.get("wordnet") or {}
     if wcfg.get("enabled", True):
         sets["wordnet"] = wordnet_label_set(params["data"]["dataset_dir"], gcfg["wordnet_dir"], ds.n_labels,
-                                            list(wcfg.get("relations", [])), int(wcfg.get("hypernym_levels", 1)))
+                                            list(wcfg.get("relations", [])), int(wcfg.get("hypernym_levels", 1)),
+                                            label_uids=list(ds.label_uids))
     dcfg = gcfg.get("document") or {}
     if dcfg.get("enabled", True):
         sets["document"] = document_query_set(ds.trn, int(dcfg.get("window", 2)))

@@ -47,28 +47,38 @@ def _read_jsonl(path: Path) -> list[dict]:
     return rows
 
 
-def label_synsets(dataset_dir: str | Path, n_labels: int) -> list[str]:
-    """Synset id of each label row, from the raw dataset's ``lbl.jsonl`` (``lid`` -> ``id``)."""
+def label_synsets(dataset_dir: str | Path, n_labels: int, label_uids: list[str] | None = None) -> list[str]:
+    """Synset id of each label row, from the raw dataset's ``lbl.jsonl`` (``lid`` -> ``id``).
+
+    ``label_uids`` (the processed labels' uids, i.e. the raw ``lid``s they came from) maps a
+    subsampled label space (``data.subsample.labels: used``) back to the raw rows."""
     path = Path(dataset_dir) / "lbl.jsonl"
     if not path.exists():
         raise ConfigError(f"{path}: needed to map labels to WordNet synsets (not found)")
+    if label_uids is not None:
+        by_lid = {str(int(r.get("lid", n - 1))): r["id"] for n, r in enumerate(_read_jsonl(path), 1)}
+        missing = [u for u in label_uids if u not in by_lid]
+        if missing:
+            raise DataFormatError(path, None, f"{len(missing)} processed labels have no lid here (first uid: {missing[0]})")
+        return [by_lid[u] for u in label_uids]
     out: list[str | None] = [None] * n_labels
     for n, r in enumerate(_read_jsonl(path), 1):
         lid = int(r.get("lid", n - 1))
         if not 0 <= lid < n_labels:
             raise DataFormatError(path, n, f"lid {lid} out of range [0, {n_labels})")
         out[lid] = r["id"]
-    missing = [i for i, s in enumerate(out) if s is None]
-    if missing:
-        raise DataFormatError(path, None, f"{len(missing)} labels without a synset id (first: {missing[0]})")
+    missing_rows = [i for i, s in enumerate(out) if s is None]
+    if missing_rows:
+        raise DataFormatError(path, None, f"{len(missing_rows)} labels without a synset id (first: {missing_rows[0]})")
     return out  # type: ignore[return-value]
 
 
 def wordnet_label_set(dataset_dir: str | Path, wordnet_dir: str | Path, n_labels: int,
-                      relations: list[str], hypernym_levels: int = 1, name: str = "wordnet") -> AnchorSet:
+                      relations: list[str], hypernym_levels: int = 1, name: str = "wordnet",
+                      label_uids: list[str] | None = None) -> AnchorSet:
     """label -> anchor edges from WordNet hypernyms (``hypernym_levels`` up) plus ``relations``."""
     dataset_dir, wordnet_dir = Path(dataset_dir), Path(wordnet_dir)
-    lab_syn = label_synsets(dataset_dir, n_labels)
+    lab_syn = label_synsets(dataset_dir, n_labels, label_uids)
     synsets = {r["id"]: r for r in _read_jsonl(wordnet_dir / "synsets.jsonl")}
     # hypernyms: the dataset's label graph (child -> parent, upward closure of the labels)
     parents: dict[str, set[str]] = defaultdict(set)
