@@ -17,7 +17,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup run test repro report clean-outputs
+.PHONY: setup run ablations test repro report clean-outputs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,11 +34,18 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 
 setup: $(VENV)/.installed .dvc/config
 
+# The main pipeline: data, validation, the peers and one default run of every method (about an hour on 2 cores).
 run: setup
-	$(BIN)/dvc repro
+	$(BIN)/dvc repro report
 	@echo
 	@cat reports/comparison.md
 	@echo "Validation report: reports/validation/report.html   Comparison: reports/comparison.html"
+
+# The paper ablations and side experiments on top of the main pipeline (several more hours on 2 cores).
+ablations: setup
+	$(BIN)/dvc repro report report_ablations
+	@echo
+	@cat reports/ablations.md
 
 test: setup
 	$(BIN)/python -m pytest -q

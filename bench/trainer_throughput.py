@@ -18,7 +18,6 @@ import json
 import os
 import time
 
-import numpy as np
 import torch
 
 from xmc.config import set_offline_env

@@ -1,6 +1,6 @@
 """The pipeline flow: every DVC stage as a Prefect task, in DAG order.
 
-Heavy stages (``train*``, ``index@*``) go to the GPU work pool when a deployment
+Heavy stages (training of every method, ``index@*``) go to the GPU work pool when a deployment
 ``xmc-stage/gpu`` exists and its pool has an online worker; otherwise they run in-process.
 Run locally (ephemeral Prefect server): ``python -m flows.pipeline [stage ...]``.
 """
@@ -18,7 +18,8 @@ from prefect.artifacts import create_link_artifact, create_markdown_artifact
 from flows.dvc_tasks import run_dvc_stage, stage_order
 from xmc.config import load_params, set_offline_env
 
-GPU_STAGE_PATTERNS = ("train@*", "train_*", "index@*")
+# every stage that trains or encodes with a neural encoder
+GPU_STAGE_PATTERNS = ("train@*", "train_*", "index@*", "maclr@*", "maclr_fewshot@*", "unidec@*", "astra@*")
 
 
 def _gpu_deployment_ready(name: str) -> bool:
@@ -80,6 +81,10 @@ def publish_artifacts(repo: Path) -> None:
     if report.exists():
         create_markdown_artifact(key="xmc-comparison", markdown=report.read_text(encoding="utf-8"),
                                  description="Comparison table of every evaluated method")
+    ablations = repo / "reports" / "ablations.md"
+    if ablations.exists():
+        create_markdown_artifact(key="xmc-ablations", markdown=ablations.read_text(encoding="utf-8"),
+                                 description="The main methods and the papers' ablations")
     validation = repo / "reports" / "validation" / "report.html"
     if validation.exists():
         create_link_artifact(key="xmc-data-validation", link=validation.as_uri(), link_text="Data-validation report")
@@ -90,9 +95,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repo-dir", default=".")
     ap.add_argument("--no-gpu-pool", action="store_true")
-    ap.add_argument("targets", nargs="*", help="DVC stages to reproduce (default: all)")
+    ap.add_argument("targets", nargs="*", help="DVC stages to reproduce with their upstream (default: report, the "
+                    "main pipeline; add report_ablations for the ablations)")
     args = ap.parse_args()
-    print(xmc_pipeline(repo_dir=args.repo_dir, targets=args.targets or None,
+    print(xmc_pipeline(repo_dir=args.repo_dir, targets=args.targets or ["report"],
                        gpu_deployment=None if args.no_gpu_pool else "xmc-stage/gpu"))
 
 

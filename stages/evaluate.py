@@ -1,6 +1,7 @@
 """Evaluate one method's predictions -> metrics/<method>.json and plots/eval/<method>/*.json.
 
-Usage: ``python -m stages.evaluate <method>``
+Usage: ``python -m stages.evaluate <method> [--ablation]``; with ``--ablation`` the outputs go to
+``ablations/metrics/<method>.json`` and ``ablations/plots/<method>/`` (the ablation report, outside ``make run``).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from xmc.predictions import TopK
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        raise ConfigError("usage: python -m stages.evaluate <method>")
-    method = sys.argv[1]
+    args = [a for a in sys.argv[1:] if a != "--ablation"]
+    if len(args) != 1:
+        raise ConfigError("usage: python -m stages.evaluate <method> [--ablation]")
+    method = args[0]
+    metrics_dir, plots_root = ((Path("ablations") / "metrics", Path("ablations") / "plots") if "--ablation" in sys.argv
+                               else (Path("metrics"), Path("plots") / "eval"))
     params = load_params()
     ev = params["evaluate"]
     pred_dir = Path("predictions") / method
@@ -35,8 +39,8 @@ def main() -> None:
     m = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in res["metrics"].items()}
     timing = read_json(pred_dir / "timing.json") if (pred_dir / "timing.json").exists() else {}
     m.update({k: timing[k] for k in ("train_seconds", "predict_seconds") if k in timing})
-    write_json(Path("metrics") / f"{method}.json", m)
-    plots = Path("plots") / "eval" / method
+    write_json(metrics_dir / f"{method}.json", m)
+    plots = plots_root / method
     write_json(plots / "at_k.json", [{"k": k, "precision": m[f"P@{k}"], "ndcg": m[f"nDCG@{k}"], "psp": m[f"PSP@{k}"]} for k in ev["ks"]])
     write_json(plots / "recall_by_frequency.json", [
         {"bucket": b["bucket"], "recall": round(b[f"recall@{max(ev['recall_ks'])}"] or 0.0, 4), "test_pairs": b["test_pairs"]}

@@ -37,8 +37,7 @@ def main() -> None:
     bs = int(icfg.get("encode_batch_size", 256))
     t0 = time.perf_counter()
     label_vecs = model.all_label_vectors(batch_size=bs)
-    index = ANNIndex(kind=icfg.get("kind", "exact"), hnsw_m=int(icfg.get("hnsw_m", 32)),
-                     ef_search=int(icfg.get("ef_search", 128)), nprobe=int(icfg.get("nprobe", 16))).build(label_vecs)
+    index = ANNIndex.from_params(icfg).build(label_vecs)
     index_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     D, I = index.search(model.query_vectors_np(ds.tst.texts, batch_size=bs), int(params["evaluate"]["top_k"]))

@@ -25,12 +25,11 @@ log = logging.getLogger("stages.maclr")
 
 
 def run_cfg(params: dict, name: str) -> dict:
-    """``maclr.defaults`` + the run's overrides from ``maclr.runs`` (the pipeline's runs) or
-    ``maclr.extra_runs`` (transformer ablation rows, run by hand: not in the default CPU budget)."""
+    """``maclr.defaults`` + the run's overrides from ``maclr.runs``."""
     m = params["maclr"]
-    runs = {**(m.get("extra_runs") or {}), **(m.get("runs") or {})}
+    runs = m.get("runs") or {}
     if name not in runs:
-        raise ConfigError(f"params.yaml: no run {name!r} under 'maclr.runs' or 'maclr.extra_runs' (have: {sorted(runs)})")
+        raise ConfigError(f"params.yaml: no run {name!r} under 'maclr.runs' (have: {sorted(runs)})")
     return deep_merge(m["defaults"], runs[name])
 
 

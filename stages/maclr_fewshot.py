@@ -1,8 +1,8 @@
 """MACLR few-shot (FS-XMC by label): fine-tune on the ground-truth pairs of a random subset of labels.
 
 ``python -m stages.maclr_fewshot <run>``; settings ``maclr.fewshot.defaults`` + ``maclr.fewshot.runs.<run>``:
-``init`` is a trained encoder folder (models/<maclr run>) or ``pretrained`` (the ``encoder`` section as
-built off the shelf: MiniLM, or a freshly initialised bag-of-words encoder), ``ratio`` the label share.
+``init`` is the encoder folder it starts from (``models/<maclr run>``, or ``models/minilm_zeroshot`` for the
+off-the-shelf encoder: the comparison MACLR's few-shot claim is about), ``ratio`` the label share.
 Evaluated on the full test set over all labels by stages.index / stages.evaluate.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from xmc.config import load_params, run_entry_point
 from xmc.data import load_processed
-from xmc.encoders import build_encoder, load_encoder
+from xmc.encoders import load_encoder
 from xmc.errors import ConfigError
 from xmc.io import atomic_dir
 from xmc.maclr.train import fewshot_labels, restrict_columns, train_pairs
@@ -30,18 +30,18 @@ def main() -> None:
     name = sys.argv[1]
     params = load_params()
     fs = params["maclr"]["fewshot"]
-    # runs: the pipeline's; extra_runs: by hand (transformer few-shot, outside the default CPU budget)
-    runs = {**(fs.get("extra_runs") or {}), **(fs.get("runs") or {})}
+    runs = fs.get("runs") or {}
     if name not in runs:
-        raise ConfigError(f"params.yaml: no run {name!r} under 'maclr.fewshot.runs' or 'maclr.fewshot.extra_runs' "
-                          f"(have: {sorted(runs)})")
+        raise ConfigError(f"params.yaml: no run {name!r} under 'maclr.fewshot.runs' (have: {sorted(runs)})")
     cfg = deep_merge(fs["defaults"], runs[name])
+    if not cfg.get("init"):
+        raise ConfigError(f"params.yaml: maclr.fewshot.runs.{name}.init: the encoder folder to start from is missing")
     set_threads()
     ds = load_processed(params["data"].get("processed_dir", "data/processed"))
     labels = fewshot_labels(ds.trn.Y, float(cfg["ratio"]), int(cfg.get("seed", 0)))
     Y = restrict_columns(ds.trn.Y, labels)
-    encoder = build_encoder(cfg["encoder"]) if cfg["init"] == "pretrained" else load_encoder(cfg["init"])
-    if cfg["init"] != "pretrained" and cfg["encoder"].get("freeze_embeddings") and hasattr(encoder, "query_model"):
+    encoder = load_encoder(cfg["init"])  # a missing folder is a one-line error naming it
+    if cfg.get("freeze_embeddings") and hasattr(encoder, "query_model"):
         # a saved folder does not record the freeze: apply it so both inits train the same parameters
         for m in {id(encoder.query_model): encoder.query_model, id(encoder.label_model): encoder.label_model}.values():
             m.get_input_embeddings().weight.requires_grad_(False)

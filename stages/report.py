@@ -1,7 +1,13 @@
-"""Report: metrics/*.json of every method in params ``methods`` -> reports/comparison.{md,html,png}."""
+"""Report: metrics of every method in params ``methods`` -> reports/comparison.{md,html} + figures.
+
+``python -m stages.report --ablations`` writes reports/ablations.{md,html}: the main methods followed by every
+run in params ``ablations`` (metrics under ablations/metrics/), the paper ablations and side experiments that
+``make run`` leaves out to stay within its time budget.
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from xmc.config import load_params, run_entry_point
@@ -11,9 +17,19 @@ from xmc.report import comparison_rows, render_html, render_markdown, render_plo
 
 def main() -> None:
     params = load_params()
-    rows = comparison_rows("metrics", params["methods"])
     out = Path("reports")
-    title = f"XMC comparison on {Path(params['data']['dataset_dir']).name} (test split)"
+    name = Path(params["data"]["dataset_dir"]).name
+    if "--ablations" in sys.argv[1:]:
+        rows = comparison_rows("metrics", params["methods"]) + comparison_rows(
+            Path("ablations") / "metrics", params.get("ablations") or [])
+        title = f"XMC methods and their ablations on {name} (test split)"
+        with atomic_file(out / "ablations.md") as fh:
+            fh.write(render_markdown(rows, title))
+        with atomic_file(out / "ablations.html") as fh:
+            fh.write(render_html(rows, title, []))
+        return
+    rows = comparison_rows("metrics", params["methods"])
+    title = f"XMC comparison on {name} (test split)"
     images = render_plots(rows, Path("plots") / "eval", out / "figures")
     with atomic_file(out / "comparison.md") as fh:
         fh.write(render_markdown(rows, title))

@@ -48,6 +48,22 @@ def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
     assert "tfidf_knn.n_neighbors" in diff
 
 
+def test_ablations_have_their_own_report_outside_the_main_one(repo):
+    run(["dvc", "repro", "report"], repo)
+    set_param(repo, "ablations", ["tfidf_knn"])
+    # the main report does not depend on the ablation list
+    assert stages_run(run(["dvc", "repro", "report"], repo).stdout) == []
+    ran = stages_run(run(["dvc", "repro", "report_ablations"], repo).stdout)
+    assert sorted(ran) == ["evaluate_ablation@tfidf_knn", "report_ablations"]
+    abl = json.loads((repo / "ablations/metrics/tfidf_knn.json").read_text())
+    main = json.loads((repo / "metrics/tfidf_knn.json").read_text())
+    assert abl["P@1"] == main["P@1"]  # same predictions, same evaluation, another place
+    assert (repo / "ablations/plots/tfidf_knn/at_k.json").exists()
+    table = (repo / "reports/ablations.md").read_text()
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "method" not in line]
+    assert rows == BASELINES + ["tfidf_knn"]
+
+
 def test_critical_validation_failure_stops_the_pipeline(tmp_path):
     data = write_xc_dataset(tmp_path / "bad_dataset", ["alpha label", "beta label", "gamma label"],
                             ["first training text", "second training text", "third training text"], ["a test text"],

@@ -33,6 +33,12 @@ class ANNIndex:
         self.index: Any = None
         self.on_gpu = False
 
+    @classmethod
+    def from_params(cls, icfg: dict[str, Any]) -> ANNIndex:
+        """An (unbuilt) index from the params ``index`` section (kind, hnsw_m, ef_search, nprobe)."""
+        return cls(kind=icfg.get("kind", "exact"), hnsw_m=int(icfg.get("hnsw_m", 32)),
+                   ef_search=int(icfg.get("ef_search", 128)), nprobe=int(icfg.get("nprobe", 16)))
+
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "hnsw_m": self.hnsw_m, "ef_construction": self.ef_construction,
                 "ef_search": self.ef_search, "nlist": self.nlist, "nprobe": self.nprobe}

@@ -425,16 +425,10 @@ def train_astra(ds: Any, cfg: dict[str, Any], model_dir: str | Path, work_dir: s
 
     set_threads()
     torch.manual_seed(int(cfg["train"].get("seed", 0)))
-    freq = np.asarray(ds.trn.Y.sum(0)).ravel()
     model = build_astra_model(cfg["encoder"], cfg.get("model", {}), ds.label_texts, ds.trn.Y)
     sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg.get("negatives", {})), Path(work_dir) / "shortlists")
     tcfg = TrainConfig.from_params(cfg["train"])
-    evaluator, every = None, int(cfg["train"].get("eval_every_epochs", 0))
-    if every:  # monitoring only (no model selection) on a fixed test slice
-        ev = eval_params or {}
-        n_val = int(cfg["train"].get("val_max_instances", 500))
-        evaluator = RetrievalEvaluator(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
-                                       a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5)))
+    evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], eval_params)
     trainer = Trainer(model, sampler, ASTRAObjective(), tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
                       eval_every_epochs=every,
                       fingerprint_extra={"method": "astra", **{k: cfg.get(k) for k in ("encoder", "model", "negatives")},

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from xmc.data.dataset import XMCDataset
@@ -63,15 +62,7 @@ def train_dual_encoder(ds: XMCDataset, cfg: dict[str, Any], model_dir: str | Pat
     sampler = build_sampler(ds.trn.Y, cfg["negatives"])
     loss = build_loss(cfg["loss"]["name"], **{k: v for k, v in cfg["loss"].items() if k != "name"})
     tcfg = TrainConfig.from_params(cfg["train"])
-    evaluator = None
-    every = int(cfg["train"].get("eval_every_epochs", 0))
-    if every:
-        ev = eval_params or {}
-        n_val = int(cfg["train"].get("val_max_instances", 500))
-        # monitoring only (no model selection): a fixed slice of the test split
-        freq = np.asarray(ds.trn.Y.sum(0)).ravel()
-        evaluator = RetrievalEvaluator(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
-                                       a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5)))
+    evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], eval_params)
     trainer = Trainer(model, sampler, loss, tcfg, ds.trn.texts, work_dir, evaluator=evaluator, eval_every_epochs=every,
                       fingerprint_extra={k: cfg[k] for k in ("encoder", "loss", "negatives")} | {"data": ds.meta.get("content_sha256")})
     t0 = time.perf_counter()

@@ -319,13 +319,7 @@ def train_ramen(ds: XMCDataset, cfg: dict[str, Any], sets: dict[str, AnchorSet],
                                reg.get("loss", "triplet"), float(reg.get("margin", 0.3)),
                                float(reg.get("temperature", 0.05)))
     tcfg = TrainConfig.from_params(cfg["train"])
-    evaluator, every = None, int(cfg["train"].get("eval_every_epochs", 0))
-    if every:
-        ev = eval_params or {}
-        n_val = int(cfg["train"].get("val_max_instances", 500))
-        freq = np.asarray(ds.trn.Y.sum(0)).ravel()
-        evaluator = RetrievalEvaluator(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
-                                       a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5)))
+    evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], eval_params)
     graph_fp = {f"{n}/{s}": int(E.nnz) for (n, s), E in sampler.full.items()}
     trainer = Trainer(model, sampler, objective, tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
                       eval_every_epochs=every,

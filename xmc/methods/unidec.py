@@ -444,13 +444,8 @@ def train_unidec(ds: Any, cfg: dict[str, Any], model_dir: str | Path, work_dir: 
     sampler = build_psl_sampler(ds.trn.Y, dict(cfg.get("psl", {})))
     objective = build_unidec_objective(cfg.get("loss", {}))
     tcfg = TrainConfig.from_params(cfg["train"])
-    evaluator, every = None, int(cfg["train"].get("eval_every_epochs", 0))
-    if every:  # monitoring only (no model selection), concatenated space, on a fixed test slice
-        ev = eval_params or {}
-        n_val = int(cfg["train"].get("val_max_instances", 500))
-        freq = np.asarray(ds.trn.Y.sum(0)).ravel()
-        evaluator = RetrievalEvaluator(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
-                                       a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5)))
+    # monitoring in the concatenated space
+    evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], eval_params)
     trainer = Trainer(model, sampler, objective, tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
                       eval_every_epochs=every,
                       fingerprint_extra={"method": "unidec", **{k: cfg.get(k) for k in ("encoder", "model", "psl", "loss")},

@@ -30,6 +30,20 @@ class RetrievalEvaluator:
                  k: int = 100, a: float = 0.55, b: float = 1.5) -> None:
         self.texts, self.Y, self.freq, self.n_train, self.k, self.a, self.b = texts, Y, train_label_freq, n_train, k, a, b
 
+    @classmethod
+    def monitoring(cls, ds: Any, train_cfg: dict[str, Any], eval_params: dict[str, Any] | None
+                   ) -> tuple[RetrievalEvaluator | None, int]:
+        """The per-epoch monitor of a training run and its period (``train.eval_every_epochs``; 0 = none):
+        a fixed slice of ``train.val_max_instances`` test queries, for the curves only (no model selection)."""
+        every = int(train_cfg.get("eval_every_epochs", 0))
+        if not every:
+            return None, 0
+        ev = eval_params or {}
+        n_val = int(train_cfg.get("val_max_instances", 500))
+        freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+        return cls(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
+                   a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5))), every
+
     def __call__(self, model: Any) -> dict[str, float]:
         pred = predict_topk(model, self.texts, self.k)
         m = evaluate_topk(pred, self.Y, self.freq, self.n_train, recall_ks=(10, self.k), a=self.a, b=self.b)["metrics"]
