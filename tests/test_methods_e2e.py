@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, make_repo, run, stages_run
+from tests.pipeline_repo import SEMCOR, make_repo, run, set_param, stages_run
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
@@ -76,3 +76,11 @@ def test_every_method_trains_predicts_and_lands_in_the_report(repo):
     assert "uniform" in (repo / "plots/train/astra/loss.csv").read_text().splitlines()[0]
     assert (repo / "reports/validation/graph.html").exists()
     assert stages_run(run(["dvc", "repro", "report"], repo).stdout) == []
+
+
+def test_graph_stage_reruns_only_when_the_graph_or_its_params_change(repo):
+    run(["dvc", "repro", "graph"], repo)
+    set_param(repo, "ramen.defaults.regulariser.lambda_x", 0.25)   # a training knob: the graph stays
+    assert stages_run(run(["dvc", "repro", "graph"], repo).stdout) == []
+    set_param(repo, "ramen.graph.walk.top_k", 2)                  # a walk knob: the graph is rebuilt
+    assert stages_run(run(["dvc", "repro", "graph"], repo).stdout) == ["graph"]
