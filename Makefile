@@ -17,7 +17,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup run ablations test repro report clean-outputs
+.PHONY: setup run select ablations test repro report clean-outputs
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,13 @@ run: setup
 	@echo
 	@cat reports/comparison.md
 	@echo "Validation report: reports/validation/report.html   Comparison: reports/comparison.html"
+
+# Every hand-picked setting decided on the validation split: the candidates of params `selection`
+# (the default runs are shared with `make run`) -> reports/selection.{md,html,json}.
+select: setup
+	$(BIN)/dvc repro selection
+	@echo
+	@cat reports/selection.md
 
 # The paper ablations and side experiments on top of the main pipeline (several more hours on 2 cores).
 ablations: setup

@@ -2,7 +2,7 @@
 
 Usage: ``python -m stages.graph``. Settings: params ``ramen.graph``.
 
-* ``source_dir`` set: every anchor set found there (README "RAMEN" for the file format) is loaded.
+* ``source_dir`` set: every anchor set found there (docs/methods/ramen.md for the file format) is loaded.
 * ``source_dir`` null: the sets are derived for semcor-wn30 (``xmc.graph.build``): ``wordnet``
   (label -> WordNet hypernyms + other relations) and ``document`` (sentence -> neighbouring
   sentences of its document).
@@ -45,7 +45,7 @@ def derive_sets(params: dict, gcfg: dict, ds) -> dict[str, AnchorSet]:
 def main() -> None:
     params = load_params()
     gcfg = params["ramen"]["graph"]
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
     t0 = time.perf_counter()
     if gcfg.get("source_dir"):
         sets = load_graph_dir(gcfg["source_dir"], len(ds.trn), ds.n_labels)

@@ -37,7 +37,7 @@ def main() -> None:
     if not cfg.get("init"):
         raise ConfigError(f"params.yaml: maclr.fewshot.runs.{name}.init: the encoder folder to start from is missing")
     set_threads()
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
     labels = fewshot_labels(ds.trn.Y, float(cfg["ratio"]), int(cfg.get("seed", 0)))
     Y = restrict_columns(ds.trn.Y, labels)
     encoder = load_encoder(cfg["init"])  # a missing folder is a one-line error naming it

@@ -26,7 +26,7 @@ def _raw_titles(params: dict) -> tuple[list[str], list[str]] | None:
     """(titles, contents) of the raw JSON-lines training file when the dataset has titles; the records'
     label fields are dropped as they are read."""
     data = params["data"]
-    meta = json.loads((Path(data.get("processed_dir", "data/processed")) / "meta.json").read_text())
+    meta = json.loads((Path(data.get("processed_dir", "data/processed")) / "source.json").read_text())
     if meta.get("layout") != "jsonl" or "title" not in (meta.get("text_fields") or []):
         return None
     src = Path(meta["source"]) / "trn.jsonl"
@@ -47,9 +47,8 @@ def build_pairs(params: dict) -> PseudoPairs:
         ict_kind = "neighbouring_sentences"
     ict_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
-    # the baseline's vectoriser settings, fit on training + label texts; no test text is read (the
-    # "test" argument is a training text because fit_tfidf transforms a non-empty test list)
-    feats = fit_tfidf(corpus.texts, corpus.texts[:1], corpus.label_texts, params["tfidf"])
+    # the baseline's vectoriser settings, fit on training + label texts; no validation or test text is read
+    feats = fit_tfidf(corpus.texts, None, corpus.label_texts, params["tfidf"])
     ids, scores = tfidf_topk(feats.trn, feats.lbl, int(cfg["tfidf_k"]), float(cfg["tfidf_min_score"]))
     tfidf_seconds = time.perf_counter() - t0
     return PseudoPairs(corpus.texts, corpus.label_texts, ict, ids, scores,

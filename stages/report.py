@@ -1,40 +1,60 @@
 """Report: metrics of every method in params ``methods`` -> reports/comparison.{md,html} + figures.
 
+Each metric cell carries its 95 % bootstrap interval (``ci95`` of metrics/<method>.json). Params
+``report.seeds`` ({base run: [extra-seed runs]}) adds a seed-variation table; ``report.paired``
+([[a, b], ...]) adds paired bootstrap tests on the test contributions evaluation/tst/<run>.npz, also
+written to reports/paired.json so that README sentences can cite them.
+
 ``python -m stages.report --ablations`` writes reports/ablations.{md,html}: the main methods followed by every
 run in params ``ablations`` (metrics under ablations/metrics/), the paper ablations and side experiments that
-``make run`` leaves out to stay within its time budget.
+``make run`` leaves out to stay within its time budget; its paired rows are ``report.paired`` followed by
+``report.paired_ablations`` (also in reports/paired_ablations.json), with contributions from evaluation/tst/
+or evaluation/ablations/.
 """
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from xmc.config import load_params, run_entry_point
-from xmc.io import atomic_file
-from xmc.report import comparison_rows, render_html, render_markdown, render_plots
+from xmc.io import atomic_file, write_json
+from xmc.metrics.bootstrap import EVALUATION_DIR, bootstrap_settings
+from xmc.report import comparison_rows, paired_comparisons, render_html, render_markdown, render_plots, seed_rows
 
 
 def main() -> None:
     params = load_params()
+    rep: dict[str, Any] = params.get("report") or {}
+    boot = bootstrap_settings(params)
+    alpha = float(rep.get("alpha", 0.05))
     out = Path("reports")
     name = Path(params["data"]["dataset_dir"]).name
-    if "--ablations" in sys.argv[1:]:
+    ablations = "--ablations" in sys.argv[1:]
+    pairs = list(rep.get("paired") or []) + (list(rep.get("paired_ablations") or []) if ablations else [])
+    dirs = [EVALUATION_DIR / "tst"] + ([EVALUATION_DIR / "ablations"] if ablations else [])
+    paired, skipped = paired_comparisons(pairs, dirs, alpha=alpha, **boot)
+    kw: dict[str, Any] = {"bootstrap": boot, "paired": paired, "alpha": alpha, "skipped": skipped}
+    if ablations:
         rows = comparison_rows("metrics", params["methods"]) + comparison_rows(
             Path("ablations") / "metrics", params.get("ablations") or [])
         title = f"XMC methods and their ablations on {name} (test split)"
+        write_json(out / "paired_ablations.json", paired)
         with atomic_file(out / "ablations.md") as fh:
-            fh.write(render_markdown(rows, title))
+            fh.write(render_markdown(rows, title, **kw))
         with atomic_file(out / "ablations.html") as fh:
-            fh.write(render_html(rows, title, []))
+            fh.write(render_html(rows, title, [], **kw))
         return
     rows = comparison_rows("metrics", params["methods"])
+    seeds = seed_rows("metrics", rep.get("seeds"))
     title = f"XMC comparison on {name} (test split)"
     images = render_plots(rows, Path("plots") / "eval", out / "figures")
+    write_json(out / "paired.json", paired)
     with atomic_file(out / "comparison.md") as fh:
-        fh.write(render_markdown(rows, title))
+        fh.write(render_markdown(rows, title, seeds=seeds, **kw))
     with atomic_file(out / "comparison.html") as fh:
-        fh.write(render_html(rows, title, [f"figures/{i}" for i in images]))
+        fh.write(render_html(rows, title, [f"figures/{i}" for i in images], seeds=seeds, **kw))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""TF-IDF: one vectoriser over training and label texts -> data/tfidf (features + vectoriser)."""
+"""TF-IDF: one vectoriser fit on training and label texts -> data/tfidf (features of trn/val/lbl + vectoriser).
+
+The test split is not read here: the baselines' prediction stages transform it with the saved vectoriser.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +16,9 @@ from xmc.io import write_json
 
 def main() -> None:
     params = load_params()
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
     t0 = time.perf_counter()
-    feats = fit_tfidf(ds.trn.texts, ds.tst.texts, ds.label_texts, params["tfidf"])
+    feats = fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"])
     fit_seconds = time.perf_counter() - t0
     out = Path("data/tfidf")
     feats.save(out)

@@ -24,7 +24,7 @@ def main() -> None:
     name = sys.argv[1]
     params = load_params()
     cfg = run_config(params, name)
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
     summary = train_dual_encoder(ds, cfg, Path("models") / name, Path("checkpoints") / name,
                                  Path("plots") / "train" / name, params.get("evaluate"))
     log.info("trained %s: %s", name, summary)

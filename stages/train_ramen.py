@@ -33,7 +33,7 @@ def main() -> None:
     name = sys.argv[1]
     params = load_params()
     cfg = ramen_config(params, name)
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
     sets = load_graph_dir(cfg["graph_dir"], len(ds.trn), ds.n_labels) if cfg["regulariser"].get("sets") else {}
     summary = train_ramen(ds, cfg, sets, Path("models") / name, Path("checkpoints") / name,
                           Path("plots") / "train" / name, params.get("evaluate"))

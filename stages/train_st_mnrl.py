@@ -20,7 +20,7 @@ def main() -> None:
     params = load_params()
     set_threads()
     cfg = run_config(params, params.get("st_mnrl", {}).get("budget_of", "dexml"))
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
     with atomic_dir(Path("models") / "st_mnrl") as tmp:
         train_st_mnrl(ds.trn.texts, ds.trn.Y, ds.label_texts, cfg, tmp, Path("checkpoints") / "st_mnrl")
 

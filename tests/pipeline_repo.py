@@ -56,7 +56,12 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
             shutil.copy2(src, dest / name)
     set_param(dest, "data.dataset_dir", str(dataset_dir))
     set_param(dest, "data.subsample", {"trn": trn_docs, "tst": tst_docs, "unit": "documents", "labels": labels})
-    for k, v in (extra_params or {}).items():
+    extra = dict(extra_params or {})
+    if "methods" in extra:
+        # a narrowed main report evaluates (test and validation) just those methods
+        extra.setdefault("reported", list(extra["methods"]))
+        extra.setdefault("validated", list(extra["methods"]))
+    for k, v in extra.items():
         set_param(dest, k, v)
     run(["git", "init", "-q"], dest)
     run(["dvc", "init", "-q"], dest)

@@ -28,7 +28,8 @@ TINY = {
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    return make_repo(tmp_path_factory.mktemp("dense"), trn_docs=2, tst_docs=1, labels="used", extra_params=TINY)
+    # 3 training documents: one becomes the validation split, two leave more than 8 steps of 16 per epoch
+    return make_repo(tmp_path_factory.mktemp("dense"), trn_docs=3, tst_docs=1, labels="used", extra_params=TINY)
 
 
 def test_dense_methods_train_index_and_land_in_the_report(repo):

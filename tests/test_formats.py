@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xmc.data import Split, XMCDataset, detect_layout, load_dataset_dir, load_processed, save_processed, subsample
+from xmc.data import (Split, XMCDataset, detect_layout, load_dataset_dir, load_processed, save_processed,
+                      split_validation, subsample)
 from xmc.data.formats import read_filter_pairs, read_json_lines, read_sparse_labels, read_text_lines
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, atomic_file
@@ -361,9 +362,13 @@ def test_ingest_stage_on_good_data_writes_processed_dir(tmp_path: Path, xc_dir: 
     r = _run_ingest(tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == [
-        "lbl.jsonl", "meta.json", "trn.jsonl", "trn_Y.npz", "tst.jsonl", "tst_Y.npz", "tst_filter.npz"]
+        "lbl.jsonl", "meta.json", "source.json", "trn.jsonl", "trn_Y.npz", "tst.jsonl", "tst_Y.npz", "tst_filter.npz",
+        "val.jsonl", "val_Y.npz"]
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["counts"]["trn"]["instances"] == 3 and meta["counts"]["n_labels"] == 4
+    # one of the two training documents (d0: 2 rows, d1: 1 row) became the validation split
+    assert meta["counts"]["trn"]["instances"] + meta["counts"]["val"]["instances"] == 3
+    assert meta["counts"]["val"]["groups"] == 1 and meta["counts"]["n_labels"] == 4
+    assert meta["validation"]["source"] == "carved from trn" and meta["validation"]["unit"] == "groups"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
@@ -371,16 +376,17 @@ def test_ingest_stage_on_good_data_writes_processed_dir(tmp_path: Path, xc_dir: 
 
 
 def test_save_load_processed_round_trip(tmp_path: Path, xc_dir: Path):
-    ds = load_dataset_dir(xc_dir, uid_separator="->")
+    ds = split_validation(load_dataset_dir(xc_dir, uid_separator="->"), 0.5, seed=0)
     meta = save_processed(ds, tmp_path / "p")
     back = load_processed(tmp_path / "p")
     assert back.label_uids == ds.label_uids and back.label_texts == ds.label_texts
-    for name in ("trn", "tst"):
+    for name in ("trn", "val", "tst"):
         a, b = ds.split(name), back.split(name)
         assert b.uids == a.uids and b.texts == a.texts and b.groups == a.groups
         assert dense(b.Y) == dense(a.Y)
         assert b.Y.shape == a.Y.shape
-    assert back.trn.groups == ["d0", "d0", "d1"] and back.tst.groups is None
+    assert sorted(back.trn.groups + back.val.groups) == ["d0", "d0", "d1"] and back.tst.groups is None
+    assert not set(back.trn.groups) & set(back.val.groups)
     assert dense(back.tst_filter) == [[0, 1, 0, 0], [0, 0, 0, 1]]
     assert back.meta["layout"] == "xc_raw"
     assert back.meta["counts"] == meta["counts"] == ds.counts()
@@ -393,7 +399,7 @@ def test_save_load_processed_round_trip(tmp_path: Path, xc_dir: Path):
 def test_round_trip_unicode_and_partial_groups_without_filter(tmp_path: Path):
     Y = sp.csr_matrix(np.array([[1, 0], [0, 0]], np.float32))
     s = Split(["ü1", "2"], ["naïve café — 東京", 'quote " and \\ backslash'], Y, ["g", None])
-    ds = XMCDataset(["a", "b"], ["ä", "b"], s, s, None, {"layout": "jsonl"})
+    ds = XMCDataset(["a", "b"], ["ä", "b"], s, s, None, {"layout": "jsonl"}, val=s)
     save_processed(ds, tmp_path / "p")
     assert not (tmp_path / "p" / "tst_filter.npz").exists()
     back = load_processed(tmp_path / "p")
@@ -402,10 +408,88 @@ def test_round_trip_unicode_and_partial_groups_without_filter(tmp_path: Path):
     assert dense(back.tst.Y) == [[1, 0], [0, 0]]
 
 
-def test_load_processed_requires_meta(tmp_path: Path):
-    with pytest.raises(DataFormatError, match="not a processed dataset") as e:
+def test_load_processed_requires_its_files(tmp_path: Path):
+    with pytest.raises(DataFormatError, match="missing from the processed dataset") as e:
         load_processed(tmp_path)
-    assert "meta.json" in str(e.value)
+    assert "lbl.jsonl" in str(e.value)
+
+
+def test_training_load_reads_no_test_file(tmp_path: Path, xc_dir: Path):
+    """A stage that loads trn + val opens no test file: it works with the test files gone, and its
+    content hash (a checkpoint fingerprint) does not move when the test split changes."""
+    ds = split_validation(load_dataset_dir(xc_dir, uid_separator="->"), 0.5, seed=0)
+    save_processed(ds, tmp_path / "p")
+    h1 = load_processed(tmp_path / "p", splits=("trn", "val")).meta["content_sha256"]
+    for f in ("tst.jsonl", "tst_Y.npz", "tst_filter.npz", "meta.json"):
+        (tmp_path / "p" / f).unlink()
+    back = load_processed(tmp_path / "p", splits=("trn", "val"))
+    assert back.tst is None and back.tst_filter is None and len(back.val) > 0
+    assert back.meta["content_sha256"] == h1
+    with pytest.raises(KeyError, match="tst"):
+        back.split("tst")
+    with pytest.raises(DataFormatError, match="tst.jsonl"):
+        load_processed(tmp_path / "p")
+
+
+# ------------------------------------------------------------------ validation split
+
+
+def _many_groups(n_groups: int = 40, per_group: int = 3, loose: int = 0) -> XMCDataset:
+    n = n_groups * per_group + loose
+    Y = sp.csr_matrix((np.ones(n, np.float32), (np.arange(n), np.arange(n) % 7)), shape=(n, 7))
+    groups = [f"doc{i // per_group}" for i in range(n_groups * per_group)] + [None] * loose
+    trn = Split([f"u{i}" for i in range(n)], [f"text {i}" for i in range(n)], Y, groups)
+    tst = Split(["s0"], ["a test"], sp.csr_matrix(np.ones((1, 7), np.float32)))
+    return XMCDataset([f"L{i}" for i in range(7)], [f"label {i}" for i in range(7)], trn, tst)
+
+
+def test_split_validation_moves_whole_groups_deterministically():
+    ds = _many_groups(40, 3)
+    a, b, c = split_validation(ds, 0.1, seed=0), split_validation(ds, 0.1, seed=0), split_validation(ds, 0.1, seed=1)
+    assert a.val.uids == b.val.uids and a.trn.uids == b.trn.uids       # deterministic for a seed
+    assert a.val.uids != c.val.uids                                    # another seed, another carve-out
+    assert not set(a.val.groups) & set(a.trn.groups)                   # no document on both sides
+    assert len(set(a.val.groups)) == 4 and len(a.val) == 12 and len(a.trn) == 108
+    assert sorted(a.val.uids + a.trn.uids, key=lambda u: int(u[1:])) == ds.trn.uids
+    # rows keep their labels
+    rows = {u: i for i, u in enumerate(ds.trn.uids)}
+    for j, u in enumerate(a.val.uids):
+        assert (a.val.Y[j] != ds.trn.Y[rows[u]]).nnz == 0
+    assert a.tst is ds.tst and a.meta["validation"]["groups"] == 4
+
+
+def test_split_validation_splits_ungrouped_rows_by_row():
+    ds = _many_groups(10, 2, loose=30)
+    v = split_validation(ds, 0.1, seed=0)
+    loose_val = [g for g in v.val.groups if g is None]
+    assert len(loose_val) == 3 and len({g for g in v.val.groups if g is not None}) == 1
+    nogroups = XMCDataset(ds.label_uids, ds.label_texts, Split(ds.trn.uids, ds.trn.texts, ds.trn.Y), ds.tst)
+    v2 = split_validation(nogroups, 0.25, seed=0)
+    assert len(v2.val) == 12 and v2.val.groups is None and v2.meta["validation"]["unit"] == "rows"
+    with pytest.raises(ValueError, match="fraction"):
+        split_validation(ds, 1.0)
+    one = XMCDataset(ds.label_uids, ds.label_texts, Split(["u"], ["t"], ds.trn.Y[:1]), ds.tst)
+    with pytest.raises(ValueError, match="cannot carve"):
+        split_validation(one, 0.1)
+
+
+def test_a_shipped_validation_split_is_loaded_and_used(tmp_path: Path):
+    files = {k: v for k, v in XC_RAW.items() if k != "trn.jsonl"}
+    files.update({"val.raw.txt": "v0->a validation text\nv1->another one\n", "val_X_Y.txt": "2 4\n1:1\n0:1 3:1\n"})
+    d = write_files(tmp_path / "xc", files)
+    ds = load_dataset_dir(d, uid_separator="->")
+    assert ds.val is not None and ds.val.uids == ["v0", "v1"] and dense(ds.val.Y) == [[0, 1, 0, 0], [1, 0, 0, 1]]
+    out = tmp_path / "out"
+    _write_params(tmp_path, d, out, "->")
+    r = _run_ingest(tmp_path)
+    assert r.returncode == 0, r.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["validation"]["source"] == "shipped with the dataset"
+    assert meta["counts"]["val"]["instances"] == 2 and meta["counts"]["trn"]["instances"] == 3
+    # JSON lines: val.json next to trn.json / tst.json
+    jd = write_files(tmp_path / "jl", {**JSONL, "val.json": jl({"uid": "v", "title": "val title", "target_ind": [1]})})
+    jds = load_dataset_dir(jd)
+    assert jds.val.uids == ["v"] and jds.val.texts == ["val title"]
 
 
 # --------------------------------------------------------------------------- subsample

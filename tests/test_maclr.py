@@ -33,7 +33,7 @@ GROUPS = ["d1", "d1", "d1", "d2", "d3", "d3"]
 
 
 def test_tfidf_pseudo_positives_known_answers():
-    f = fit_tfidf(INSTANCES, INSTANCES[:1], LABELS, {})
+    f = fit_tfidf(INSTANCES, None, LABELS, {})
     ids, scores = tfidf_topk(f.trn, f.lbl, k=2, min_score=0.05)
     assert ids[0, 0] == 0 and ids[1, 0] == 1 and ids[2, 0] == 2 and ids[5, 0] == 0
     assert set(ids[4]) == {2, 3}                       # "bank ... river": both, bank first?
@@ -57,7 +57,7 @@ def test_stage2_agreement_keeps_only_pairs_both_views_rank():
     A = agreed_pairs(a, b)
     assert {(int(i), int(j)) for i, j in zip(*A.nonzero())} == {(0, 1), (2, 1), (2, 3)} and A.data.max() == 1
     # through the Stage-II miner: dense top-1 from a fake encoder vs the TF-IDF top-2 of the pairs folder
-    f = fit_tfidf(INSTANCES, INSTANCES[:1], LABELS, {})
+    f = fit_tfidf(INSTANCES, None, LABELS, {})
     ids, sc = tfidf_topk(f.trn, f.lbl, 2)
     pp = PseudoPairs(INSTANCES, LABELS, [], ids, sc)
 
@@ -97,7 +97,7 @@ def test_ict_pairs_from_titles():
 
 
 def test_pairs_folder_roundtrip_and_version(tmp_path):
-    f = fit_tfidf(INSTANCES, INSTANCES[:1], LABELS, {})
+    f = fit_tfidf(INSTANCES, None, LABELS, {})
     ids, sc = tfidf_topk(f.trn, f.lbl, 2)
     pp = PseudoPairs(INSTANCES, LABELS, ict_pairs_from_groups(INSTANCES, GROUPS), ids, sc)
     pp.save(tmp_path / "p")
@@ -198,7 +198,7 @@ def _tiny_bow_stage1(k0=2, steps_cap=3, epochs=2):
 
 
 def test_stage1_runs_through_the_trainer(tmp_path):
-    f = fit_tfidf(INSTANCES, INSTANCES[:1], LABELS, {})
+    f = fit_tfidf(INSTANCES, None, LABELS, {})
     ids, sc = tfidf_topk(f.trn, f.lbl, 2)
     pp = PseudoPairs(INSTANCES, LABELS, ict_pairs_from_groups(INSTANCES, GROUPS), ids, sc)
     enc = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 4096, "dropout": 0.1})
@@ -225,13 +225,14 @@ def _write_dataset(d: Path) -> None:
     Y = sp.csr_matrix(np.eye(6, 4, dtype=np.float32))
     ds = XMCDataset([str(i) for i in range(4)], LABELS,
                     Split([f"t{i}" for i in range(6)], INSTANCES, Y, GROUPS),
-                    Split(["s0"], INSTANCES[:1], Y[:1], ["d9"]), meta={"layout": "xc_raw", "source": "test"})
+                    Split(["s0"], INSTANCES[:1], Y[:1], ["d9"]), meta={"layout": "xc_raw", "source": "test"},
+                    val=Split(["v0"], INSTANCES[1:2], Y[1:2], ["d8"]))
     save_processed(ds, d)
 
 
 def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
     _write_dataset(tmp_path / "data/processed")
-    for f in ("trn_Y.npz", "tst_Y.npz"):
+    for f in ("trn_Y.npz", "val_Y.npz", "tst_Y.npz"):
         (tmp_path / "data/processed" / f).unlink()   # nothing with ground-truth pairs is left
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     m = params["maclr"]

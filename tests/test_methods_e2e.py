@@ -15,7 +15,8 @@ SMALL_BOW = {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 2, "tied"
 METHODS = ["astra", "ramen", "unidec", "unidec_de_only", "unidec_clf_only", "maclr"]
 TINY = {
     "methods": METHODS,
-    "dense_models": ["ramen", "maclr"],
+    "predictions": {"ramen": "val tst", "maclr": "val tst", "astra": "val tst"},
+    "unidec_predictions": {"unidec": "val tst"},
     # ASTRA
     "astra.defaults.encoder": SMALL_BOW,
     "astra.defaults.train.epochs": 3,
@@ -63,8 +64,8 @@ def repo(tmp_path_factory):
 def test_every_method_trains_predicts_and_lands_in_the_report(repo):
     p = run(["dvc", "repro", "report"], repo, timeout=900)
     ran = set(stages_run(p.stdout))
-    expected = {"graph", "train_ramen@ramen", "index@ramen", "unidec@unidec", "astra@astra", "maclr_pseudo_pairs",
-                "maclr@maclr", "index@maclr"} | {f"evaluate@{m}" for m in METHODS}
+    expected = {"graph", "train_ramen@ramen", "index@ramen", "unidec@unidec", "predict_unidec@unidec", "astra@astra",
+                "index@astra", "maclr_pseudo_pairs", "maclr@maclr", "index@maclr"} | {f"evaluate@{m}" for m in METHODS}
     assert expected <= ran, expected - ran
     table = (repo / "reports/comparison.md").read_text()
     for m in METHODS:

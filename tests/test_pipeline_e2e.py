@@ -27,7 +27,9 @@ def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
     assert {"evaluate@label_prior", "evaluate@tfidf_zeroshot", "evaluate@tfidf_knn"} <= set(ran)
 
     meta = json.loads((repo / "data/processed/meta.json").read_text())
-    assert meta["counts"]["trn"]["groups"] == 3 and meta["counts"]["tst"]["groups"] == 1
+    # 3 training documents: one became the validation split (whole documents move)
+    assert meta["counts"]["trn"]["groups"] == 2 and meta["counts"]["val"]["groups"] == 1
+    assert meta["counts"]["tst"]["groups"] == 1
     assert meta["counts"]["n_labels"] == 25819
     for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn"):
         metrics = json.loads((repo / f"metrics/{m}.json").read_text())
@@ -87,3 +89,28 @@ def test_malformed_dataset_fails_ingest_with_one_line(tmp_path):
     assert p.stderr.strip().splitlines() == [f"error: {data / 'trn_X_Y.txt'}:3: label id 7 out of range [0, 2)"]
     assert not (repo / "data/processed").exists()
     assert not list((repo / "data").glob(".*tmp*")) if (repo / "data").exists() else True
+
+
+def test_selection_reads_validation_only_and_keeps_the_reference_on_a_tie(repo):
+    """`dvc repro selection` on the baselines: validation predictions and metrics only, no test evaluation,
+    and a choice between candidates decided by the paired-bootstrap rule."""
+    set_param(repo, "selection", {"metric": "P@5", "alpha": 0.05, "choices": {
+        "baseline": {"method": "tfidf", "knob": "which TF-IDF baseline", "reference": "zeroshot", "default": "knn",
+                     "candidates": {"zeroshot": "tfidf_zeroshot", "knn": "tfidf_knn"}},
+        "same": {"method": "tfidf", "knob": "a candidate against itself", "reference": "a", "default": "a",
+                 "candidates": {"a": "label_prior", "b": "label_prior"}}}})
+    run(["git", "add", "-A"], repo)
+    ran = stages_run(run(["dvc", "repro", "selection"], repo).stdout)
+    assert "selection" in ran and "evaluate_val@tfidf_knn" in ran
+    assert not [r for r in ran if r.startswith(("evaluate@", "report"))], ran
+    sel = json.loads((repo / "reports/selection.json").read_text())
+    by = {c["name"]: c for c in sel["choices"]}
+    knn = by["baseline"]
+    assert knn["complete"] and knn["best"] == "knn" and knn["p_value"] < 0.05  # kNN is far ahead of zero-shot
+    assert knn["chosen"] == "knn" and knn["default_is_chosen"]
+    same = by["same"]
+    assert same["chosen"] == "a" and same["default_is_chosen"]       # identical candidates: the reference stays
+    val_n = json.loads((repo / "data/processed/meta.json").read_text())["counts"]["val"]["instances"]
+    assert json.loads((repo / "metrics_val/tfidf_knn.json").read_text())["n_test"] == val_n
+    md = (repo / "reports/selection.md").read_text()
+    assert "validation" in md and "tfidf_knn" in md

@@ -243,3 +243,23 @@ def test_trainer_runs_a_custom_objective_with_sgd_group_and_cosine_schedule(tmp_
     assert tr.schedulers[0].get_last_lr()[0] < 1e-3 * 0.05
     tr.write_curves(tmp_path / "plots")
     assert "bce" in (tmp_path / "plots" / "loss.csv").read_text().splitlines()[0]
+
+
+def test_per_epoch_monitoring_scores_the_validation_split_never_test():
+    """The curves (and anything chosen from them) come from validation: the monitor holds validation queries,
+    and a dataset loaded without its test split monitors just the same."""
+    from xmc.data import Split, XMCDataset
+    from xmc.train import RetrievalEvaluator
+
+    Y = sp.csr_matrix(np.eye(4, 3, dtype=np.float32))
+    trn = Split(["t0", "t1", "t2", "t3"], ["a", "b", "c", "d"], Y)
+    val = Split(["v0", "v1"], ["val one", "val two"], Y[:2])
+    tst = Split(["s0", "s1", "s2"], ["test one", "test two", "test three"], Y[:3])
+    ds = XMCDataset(["x", "y", "z"], ["lx", "ly", "lz"], trn, tst, val=val)
+    ev, every = RetrievalEvaluator.monitoring(ds, {"eval_every_epochs": 1, "val_max_instances": 500}, None)
+    assert every == 1 and ev.texts == ["val one", "val two"] and ev.Y.shape == (2, 3)
+    ev1, _ = RetrievalEvaluator.monitoring(ds, {"eval_every_epochs": 1, "val_max_instances": 1}, None)
+    assert ev1.texts == ["val one"]
+    no_test = XMCDataset(ds.label_uids, ds.label_texts, trn, None, val=val)
+    assert RetrievalEvaluator.monitoring(no_test, {"eval_every_epochs": 1}, None)[0].texts == ["val one", "val two"]
+    assert RetrievalEvaluator.monitoring(no_test, {"eval_every_epochs": 0}, None) == (None, 0)

@@ -4,12 +4,43 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from xmc.ann import ANNIndex
 from xmc.data.formats import read_json_lines, read_text_lines
 from xmc.encoders import load_encoder
-from xmc.errors import DataFormatError
+from xmc.errors import ConfigError, DataFormatError
 from xmc.io import atomic_file
+
+
+PREDICTED_SPLITS = ("val", "tst")
+
+
+def run_and_splits(argv: list[str], usage: str) -> tuple[str, tuple[str, ...]]:
+    """``<run> [val] [tst]`` of a prediction stage's command line (default: both splits)."""
+    if not argv:
+        raise ConfigError(f"usage: {usage}")
+    name, splits = argv[0], tuple(argv[1:]) or PREDICTED_SPLITS
+    if set(splits) - set(PREDICTED_SPLITS):
+        raise ConfigError(f"splits to predict must be val and/or tst, not {' '.join(splits)}")
+    return name, splits
+
+
+def load_retrieval_model(model_dir: str | Path, label_texts: list[str]) -> Any:
+    """Any saved model whose labels are searched by inner product: an ASTRA model (encoder +
+    classifier vectors), or a dual encoder (label vectors = encoded label texts)."""
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ConfigError(f"{model_dir}: model folder not found (train it first)")
+    if (model_dir / "astra.json").exists():
+        from xmc.methods.astra import ASTRAModel
+
+        return ASTRAModel.load(model_dir, label_texts)
+    if (model_dir / "unidec.json").exists():
+        raise ConfigError(f"{model_dir}: a UniDEC model has three retrieval spaces: use stages.predict_unidec")
+    from xmc.models import DualEncoderModel
+
+    return DualEncoderModel(load_encoder(model_dir), label_texts)
 
 
 def read_input_texts(path: str | Path) -> list[tuple[str, str]]:
@@ -45,4 +76,4 @@ def predict_file(model_dir: str | Path, index_dir: str | Path, label_file: str |
     return len(items)
 
 
-__all__ = ["predict_file", "read_input_texts"]
+__all__ = ["load_retrieval_model", "predict_file", "read_input_texts", "run_and_splits"]

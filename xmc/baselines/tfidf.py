@@ -2,44 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import joblib
 import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
 from tqdm import tqdm
 
-from xmc.io import atomic_dir, save_csr
+from xmc.errors import DataFormatError
+from xmc.io import atomic_dir, save_csr, save_npz_deterministic
 from xmc.predictions import TopK, topk_from_scores, topk_from_sparse
 
 
-@dataclass
-class TfidfFeatures:
-    """L2-normalised TF-IDF rows for train, test and label texts from one vectoriser."""
-
-    vectorizer: TfidfVectorizer
-    trn: sp.csr_matrix
-    tst: sp.csr_matrix
-    lbl: sp.csr_matrix
-
-    def save(self, out_dir: str | Path) -> None:
-        with atomic_dir(out_dir) as tmp:
-            joblib.dump(self.vectorizer, tmp / "vectorizer.joblib")
-            for name in ("trn", "tst", "lbl"):
-                save_csr(tmp / f"X_{name}.npz", getattr(self, name))
-
-    @classmethod
-    def load(cls, in_dir: str | Path) -> TfidfFeatures:
-        d = Path(in_dir)
-        return cls(joblib.load(d / "vectorizer.joblib"), *(sp.load_npz(d / f"X_{n}.npz").tocsr() for n in ("trn", "tst", "lbl")))
+TFIDF_SPLITS = ("trn", "val", "lbl")  # what the tfidf stage transforms; test rows are transformed at prediction
 
 
-def fit_tfidf(trn_texts: list[str], tst_texts: list[str], lbl_texts: list[str], params: dict[str, Any]) -> TfidfFeatures:
-    """Fit one vectoriser on training instance texts plus label texts (never on test texts)."""
-    vec = TfidfVectorizer(
+def _vectorizer(params: dict[str, Any], vocabulary: dict[str, int] | None = None) -> TfidfVectorizer:
+    return TfidfVectorizer(
         ngram_range=(1, int(params.get("ngram_max", 2))),
         min_df=int(params.get("min_df", 1)),
         max_df=float(params.get("max_df", 1.0)),
@@ -49,9 +31,62 @@ def fit_tfidf(trn_texts: list[str], tst_texts: list[str], lbl_texts: list[str], 
         stop_words=params.get("stop_words"),
         token_pattern=params.get("token_pattern", r"(?u)\b\w\w+\b"),
         dtype=np.float32,
+        vocabulary=vocabulary,
     )
+
+
+@dataclass
+class TfidfFeatures:
+    """L2-normalised TF-IDF rows of training, validation and label texts from one vectoriser.
+
+    The vectoriser is saved as plain data (vocabulary JSON + idf array + its settings), never as a
+    pickle, and rebuilt on load; :meth:`transform` embeds further texts (the test split, new queries).
+    """
+
+    vectorizer: TfidfVectorizer
+    trn: sp.csr_matrix
+    val: sp.csr_matrix | None
+    lbl: sp.csr_matrix
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def transform(self, texts: list[str]) -> sp.csr_matrix:
+        return self.vectorizer.transform(list(texts)).tocsr()
+
+    def save(self, out_dir: str | Path) -> None:
+        with atomic_dir(out_dir) as tmp:
+            vocab = {t: int(i) for t, i in self.vectorizer.vocabulary_.items()}
+            (tmp / "vocabulary.json").write_text(json.dumps(vocab, ensure_ascii=False, sort_keys=True), encoding="utf-8")
+            (tmp / "settings.json").write_text(json.dumps(self.params, sort_keys=True, indent=2), encoding="utf-8")
+            save_npz_deterministic(tmp / "idf.npz", idf=self.vectorizer.idf_.astype(np.float64))
+            for name in TFIDF_SPLITS:
+                if getattr(self, name) is not None:
+                    save_csr(tmp / f"X_{name}.npz", getattr(self, name))
+
+    @classmethod
+    def load(cls, in_dir: str | Path) -> TfidfFeatures:
+        d = Path(in_dir)
+        for f in ("vocabulary.json", "settings.json", "idf.npz", "X_trn.npz", "X_lbl.npz"):
+            if not (d / f).exists():
+                raise DataFormatError(d / f, None, "missing from the TF-IDF features (rerun the tfidf stage)")
+        params = json.loads((d / "settings.json").read_text(encoding="utf-8"))
+        vocab = json.loads((d / "vocabulary.json").read_text(encoding="utf-8"))
+        vec = _vectorizer(params, vocabulary=vocab)
+        with np.load(d / "idf.npz", allow_pickle=False) as z:
+            idf = z["idf"]
+        vec.idf_ = idf
+        X = {n: sp.load_npz(d / f"X_{n}.npz").tocsr() if (d / f"X_{n}.npz").exists() else None for n in TFIDF_SPLITS}
+        return cls(vec, X["trn"], X["val"], X["lbl"], params)
+
+
+def fit_tfidf(trn_texts: list[str], val_texts: list[str] | None, lbl_texts: list[str], params: dict[str, Any]) -> TfidfFeatures:
+    """Fit one vectoriser on training instance texts plus label texts (never on validation or test texts)."""
+    vec = _vectorizer(params)
     vec.fit(list(trn_texts) + list(lbl_texts))
-    return TfidfFeatures(vec, vec.transform(trn_texts).tocsr(), vec.transform(tst_texts).tocsr(), vec.transform(lbl_texts).tocsr())
+    settings = {k: params.get(k) for k in ("ngram_max", "min_df", "max_df", "max_features", "sublinear_tf",
+                                            "stop_words", "token_pattern") if params.get(k) is not None}
+    return TfidfFeatures(vec, vec.transform(trn_texts).tocsr(),
+                         vec.transform(val_texts).tocsr() if val_texts is not None else None,
+                         vec.transform(lbl_texts).tocsr(), settings)
 
 
 @dataclass

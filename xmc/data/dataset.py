@@ -1,12 +1,18 @@
 """The canonical processed form every later stage reads.
 
-Layout of a processed directory::
+Layout of a processed directory (one file per split and column, so that a DVC stage can
+declare exactly the splits it reads: training stages never depend on a test file)::
 
-    trn.jsonl  tst.jsonl   {"uid", "text", "group"} per instance (group: document/session or null)
-    lbl.jsonl              {"uid", "text"} per label; label id = line number
-    trn_Y.npz  tst_Y.npz   CSR (n_instances x n_labels) binary label matrices
-    tst_filter.npz         optional CSR of (test row, label) pairs dropped from scoring
-    meta.json              counts, source, layout and a content hash
+    trn.jsonl  val.jsonl  tst.jsonl        {"uid", "text", "group"} per instance (group: document/session or null)
+    lbl.jsonl                              {"uid", "text"} per label; label id = line number
+    trn_Y.npz  val_Y.npz  tst_Y.npz        CSR (n_instances x n_labels) binary label matrices
+    tst_filter.npz                         optional CSR of (test row, label) pairs dropped from scoring
+    source.json                            layout, source directory and text fields (no split contents)
+    meta.json                              counts, source, layout, the validation carve-out and
+                                           per-split content hashes (for reports; training does not read it)
+
+``val`` is the split every choice is made on: shipped by the dataset, or carved out of the
+training split by document group (:func:`split_validation`).
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ import scipy.sparse as sp
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, save_csr, sha256_files
 
-SPLITS = ("trn", "tst")
+SPLITS = ("trn", "val", "tst")
+# files of each part of a processed directory; a stage that loads some splits reads only these
+SPLIT_FILES = {"trn": ("trn.jsonl", "trn_Y.npz"), "val": ("val.jsonl", "val_Y.npz"), "tst": ("tst.jsonl", "tst_Y.npz"),
+               "lbl": ("lbl.jsonl",)}
 
 
 @dataclass
@@ -47,25 +56,38 @@ class Split:
 
 @dataclass
 class XMCDataset:
-    """Train and test instances over one label space with label texts."""
+    """Train, validation and test instances over one label space with label texts.
+
+    A dataset loaded for training holds ``trn`` and ``val`` only (``tst`` is None), so no
+    training code can read the test split by accident.
+    """
 
     label_uids: list[str]
     label_texts: list[str]
     trn: Split
-    tst: Split
+    tst: Split | None
     tst_filter: sp.csr_matrix | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    val: Split | None = None
 
     @property
     def n_labels(self) -> int:
         return len(self.label_texts)
 
     def split(self, name: str) -> Split:
-        return {"trn": self.trn, "tst": self.tst}[name]
+        s = {"trn": self.trn, "val": self.val, "tst": self.tst}[name]
+        if s is None:
+            raise KeyError(f"split {name!r} was not loaded")
+        return s
+
+    def has(self, name: str) -> bool:
+        return {"trn": self.trn, "val": self.val, "tst": self.tst}[name] is not None
 
     def counts(self) -> dict[str, Any]:
         out: dict[str, Any] = {"n_labels": self.n_labels}
         for name in SPLITS:
+            if not self.has(name):
+                continue
             s = self.split(name)
             out[name] = {
                 "instances": len(s),
@@ -88,6 +110,8 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 def save_processed(ds: XMCDataset, out_dir: str | Path) -> dict[str, Any]:
     """Write ``ds`` atomically to ``out_dir``; returns the metadata written."""
     out_dir = Path(out_dir)
+    if ds.val is None:
+        raise ValueError("a processed dataset needs a validation split (see split_validation)")
     with atomic_dir(out_dir) as tmp:
         for name in SPLITS:
             s = ds.split(name)
@@ -98,13 +122,14 @@ def save_processed(ds: XMCDataset, out_dir: str | Path) -> dict[str, Any]:
             )
             save_csr(tmp / f"{name}_Y.npz", s.Y.tocsr().astype(np.float32))
         _write_jsonl(tmp / "lbl.jsonl", [{"uid": u, "text": t} for u, t in zip(ds.label_uids, ds.label_texts)])
-        files = [tmp / f for f in ("trn.jsonl", "tst.jsonl", "lbl.jsonl", "trn_Y.npz", "tst_Y.npz")]
         if ds.tst_filter is not None:
             save_csr(tmp / "tst_filter.npz", ds.tst_filter.tocsr().astype(np.float32))
-            files.append(tmp / "tst_filter.npz")
         meta = dict(ds.meta)
         meta["counts"] = ds.counts()
-        meta["content_sha256"] = sha256_files(files)
+        meta["sha256"] = {part: sha256_files([tmp / f for f in files]) for part, files in SPLIT_FILES.items()}
+        meta["content_sha256"] = sha256_files([tmp / f for files in SPLIT_FILES.values() for f in files])
+        source = {k: meta[k] for k in ("layout", "source", "text_fields") if k in meta}
+        (tmp / "source.json").write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
         with open(tmp / "meta.json", "w", encoding="utf-8") as fh:
             json.dump(meta, fh, indent=2)
             fh.write("\n")
@@ -122,31 +147,98 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_processed(in_dir: str | Path) -> XMCDataset:
-    """Read a directory written by :func:`save_processed`."""
+def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> XMCDataset:
+    """Read a directory written by :func:`save_processed`: the label texts and the given ``splits``.
+
+    Only the files of those splits are opened. ``meta["content_sha256"]`` is a hash of exactly
+    those files (a checkpoint fingerprint of a training run changes with its data, not with the
+    test split); the directory's ``meta.json`` is read only when the test split is requested.
+    """
     in_dir = Path(in_dir)
-    if not (in_dir / "meta.json").exists():
-        raise DataFormatError(in_dir / "meta.json", None, "not a processed dataset (run the ingest stage)")
-    meta = json.loads((in_dir / "meta.json").read_text(encoding="utf-8"))
+    unknown = set(splits) - set(SPLITS)
+    if unknown:
+        raise ValueError(f"unknown splits {sorted(unknown)} (known: {SPLITS})")
+    if "trn" not in splits:
+        raise ValueError("load_processed needs the training split")
+    for part in ("lbl", *splits):
+        for f in SPLIT_FILES[part]:
+            if not (in_dir / f).exists():
+                raise DataFormatError(in_dir / f, None, "missing from the processed dataset (rerun the ingest stage)")
     lbl = _read_jsonl(in_dir / "lbl.jsonl")
-    splits = {}
-    for name in SPLITS:
+    loaded: dict[str, Split] = {}
+    for name in splits:
         rows = _read_jsonl(in_dir / f"{name}.jsonl")
-        Y = sp.load_npz(in_dir / f"{name}_Y.npz").tocsr()
+        Y = _load_csr(in_dir / f"{name}_Y.npz")
         groups = [r.get("group") for r in rows]
-        splits[name] = Split(
-            uids=[r["uid"] for r in rows],
-            texts=[r["text"] for r in rows],
-            Y=Y,
-            groups=None if all(g is None for g in groups) else groups,
-        )
+        try:
+            loaded[name] = Split(
+                uids=[r["uid"] for r in rows],
+                texts=[r["text"] for r in rows],
+                Y=Y,
+                groups=None if all(g is None for g in groups) else groups,
+            )
+        except (KeyError, ValueError) as e:
+            raise DataFormatError(in_dir / f"{name}.jsonl", None, f"not a processed split ({e})") from None
+        if Y.shape[1] != len(lbl):
+            raise DataFormatError(in_dir / f"{name}_Y.npz", None, f"{Y.shape[1]} label columns but lbl.jsonl has {len(lbl)} labels")
+    meta: dict[str, Any] = {}
+    if "tst" in splits and (in_dir / "meta.json").exists():
+        meta = json.loads((in_dir / "meta.json").read_text(encoding="utf-8"))
+    meta["splits_loaded"] = list(splits)
+    meta["content_sha256"] = sha256_files([in_dir / f for part in ("lbl", *sorted(splits)) for f in SPLIT_FILES[part]])
     filt = in_dir / "tst_filter.npz"
     return XMCDataset(
         label_uids=[r["uid"] for r in lbl],
         label_texts=[r["text"] for r in lbl],
-        trn=splits["trn"],
-        tst=splits["tst"],
-        tst_filter=sp.load_npz(filt).tocsr() if filt.exists() else None,
+        trn=loaded["trn"],
+        tst=loaded.get("tst"),
+        tst_filter=_load_csr(filt) if ("tst" in splits and filt.exists()) else None,
         meta=meta,
+        val=loaded.get("val"),
     )
 
+
+def _load_csr(path: Path) -> sp.csr_matrix:
+    try:
+        return sp.load_npz(path).tocsr()
+    except (OSError, ValueError, KeyError) as e:
+        raise DataFormatError(path, None, f"not a sparse label matrix ({e})") from None
+
+
+def split_validation(ds: XMCDataset, fraction: float, seed: int = 0) -> XMCDataset:
+    """Carve a validation split out of ``ds.trn`` by document group.
+
+    Whole groups go to validation (about ``fraction`` of the training groups, chosen by a seeded
+    permutation), so no validation instance shares a document with a training instance; instances
+    without a group are split by row with the same fraction. Deterministic for a given seed.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise ValueError(f"validation fraction must be in (0, 1), got {fraction}")
+    trn = ds.trn
+    n = len(trn)
+    rng = np.random.default_rng(seed)
+    is_val = np.zeros(n, dtype=bool)
+    groups = trn.groups if trn.groups is not None else [None] * n
+    grouped = np.array([g is not None for g in groups])
+    names = sorted({g for g in groups if g is not None})
+    if names:
+        n_val_groups = min(max(1, int(round(fraction * len(names)))), len(names) - 1) if len(names) > 1 else 0
+        chosen = {names[i] for i in rng.permutation(len(names))[:n_val_groups]}
+        is_val |= np.array([g in chosen for g in groups])
+    loose = np.flatnonzero(~grouped)
+    if len(loose):
+        n_val_rows = min(max(1, int(round(fraction * len(loose)))), len(loose) - 1) if len(loose) > 1 else 0
+        is_val[rng.permutation(loose)[:n_val_rows]] = True
+    if not is_val.any() or is_val.all():
+        raise ValueError(f"cannot carve a validation split out of {n} training instances in {len(names)} groups")
+
+    def take(mask: np.ndarray) -> Split:
+        idx = np.flatnonzero(mask)
+        return Split([trn.uids[i] for i in idx], [trn.texts[i] for i in idx], trn.Y[idx].tocsr(),
+                     [trn.groups[i] for i in idx] if trn.groups is not None else None)
+
+    meta = dict(ds.meta)
+    meta["validation"] = {"source": "carved from trn", "unit": "groups" if names else "rows", "fraction": fraction,
+                          "seed": seed, "groups": len({g for g, v in zip(groups, is_val) if v and g is not None}),
+                          "instances": int(is_val.sum())}
+    return XMCDataset(ds.label_uids, ds.label_texts, take(~is_val), ds.tst, ds.tst_filter, meta, val=take(is_val))

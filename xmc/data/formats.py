@@ -11,6 +11,10 @@ Supported (see README "Pointing the pipeline at another dataset"):
 * JSON lines: ``trn.json[.gz]``/``tst.json[.gz]``/``lbl.json[.gz]`` with ``uid``,
   ``title``, ``content`` and, for instances, ``target_ind`` (label row numbers).
 
+A dataset that ships its own validation split adds ``val.raw.txt``/``val_X.txt`` +
+``val_X_Y.txt`` (XC raw) or ``val.json[.gz]`` (JSON lines); otherwise the ingest stage
+carves one out of the training split by document group (:func:`xmc.data.split_validation`).
+
 Every reader raises :class:`~xmc.errors.DataFormatError` naming the file and line.
 """
 
@@ -28,8 +32,9 @@ import scipy.sparse as sp
 from xmc.data.dataset import Split, XMCDataset
 from xmc.errors import DataFormatError
 
-TEXT_NAMES = {"trn": ("trn.raw.txt", "trn_X.txt"), "tst": ("tst.raw.txt", "tst_X.txt"), "lbl": ("lbl.raw.txt", "Y.txt")}
-JSON_NAMES = {s: (f"{s}.json", f"{s}.json.gz") for s in ("trn", "tst", "lbl")}
+TEXT_NAMES = {"trn": ("trn.raw.txt", "trn_X.txt"), "val": ("val.raw.txt", "val_X.txt"), "tst": ("tst.raw.txt", "tst_X.txt"),
+              "lbl": ("lbl.raw.txt", "Y.txt")}
+JSON_NAMES = {s: (f"{s}.json", f"{s}.json.gz") for s in ("trn", "val", "tst", "lbl")}
 
 
 def _iter_decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -208,7 +213,8 @@ def load_xc_raw(d: Path, uid_separator: str | None = None) -> XMCDataset:
     label_uids, label_texts = read_text_lines(lbl_path, uid_separator)
     L = len(label_texts)
     splits = {}
-    for name in ("trn", "tst"):
+    names = ["trn", "tst"] + (["val"] if _first_existing(d, TEXT_NAMES["val"]) else [])
+    for name in names:
         text_path = _first_existing(d, TEXT_NAMES[name])
         uids, texts = read_text_lines(text_path, uid_separator)
         y_path = d / f"{name}_X_Y.txt"
@@ -223,7 +229,7 @@ def load_xc_raw(d: Path, uid_separator: str | None = None) -> XMCDataset:
     filt_path = d / "filter_labels_test.txt"
     filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() else None
     return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt,
-                      meta={"layout": "xc_raw", "source": str(d)})
+                      meta={"layout": "xc_raw", "source": str(d)}, val=splits.get("val"))
 
 
 def _record_text(path: Path, n: int, rec: dict[str, Any], text_fields: list[str]) -> str:
@@ -250,7 +256,8 @@ def load_jsonl(d: Path, text_fields: list[str]) -> XMCDataset:
         label_texts.append(_record_text(lbl_path, n, rec, text_fields))
     L = len(label_texts)
     splits = {}
-    for name in ("trn", "tst"):
+    names = ["trn", "tst"] + (["val"] if _first_existing(d, JSON_NAMES["val"]) else [])
+    for name in names:
         path = _first_existing(d, JSON_NAMES[name])
         uids, texts, groups, indptr, indices = [], [], [], [0], []
         for n, rec in read_json_lines(path):
@@ -273,7 +280,7 @@ def load_jsonl(d: Path, text_fields: list[str]) -> XMCDataset:
     filt_path = d / "filter_labels_test.txt"
     filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() else None
     return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt,
-                      meta={"layout": "jsonl", "source": str(d), "text_fields": text_fields})
+                      meta={"layout": "jsonl", "source": str(d), "text_fields": text_fields}, val=splits.get("val"))
 
 
 def load_dataset_dir(d: str | Path, layout: str = "auto", uid_separator: str | None = None,

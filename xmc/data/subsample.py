@@ -37,12 +37,14 @@ def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "docum
     small; ``'all'`` keeps every label so zero-shot labels stay in play.
     """
     trn, _ = _take(ds.trn, n_trn, unit)
+    val = _take(ds.val, n_trn, unit)[0] if ds.val is not None else None  # a shipped validation split
     tst, tst_keep = _take(ds.tst, n_tst, unit)
     filt = ds.tst_filter[tst_keep] if ds.tst_filter is not None else None
     label_uids, label_texts = ds.label_uids, ds.label_texts
     if labels == "used":
-        used = np.flatnonzero(np.asarray((trn.Y.sum(0) + tst.Y.sum(0))).ravel() > 0)
+        used = np.flatnonzero(np.asarray((trn.Y.sum(0) + tst.Y.sum(0) + (val.Y.sum(0) if val is not None else 0))).ravel() > 0)
         trn = Split(trn.uids, trn.texts, trn.Y[:, used].tocsr(), trn.groups)
+        val = Split(val.uids, val.texts, val.Y[:, used].tocsr(), val.groups) if val is not None else None
         tst = Split(tst.uids, tst.texts, tst.Y[:, used].tocsr(), tst.groups)
         filt = filt[:, used].tocsr() if filt is not None else None
         label_uids = [label_uids[i] for i in used]
@@ -52,4 +54,4 @@ def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "docum
     meta = dict(ds.meta)
     meta["subsample"] = {"trn": n_trn, "tst": n_tst, "unit": unit, "labels": labels}
     return XMCDataset(label_uids, label_texts, trn, tst,
-                      sp.csr_matrix(filt) if filt is not None else None, meta)
+                      sp.csr_matrix(filt) if filt is not None else None, meta, val=val)

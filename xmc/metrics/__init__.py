@@ -86,29 +86,15 @@ def evaluate_topk(
     max_k = max(max(ks), max(recall_ks))
     if pred.k < max_k:
         raise ValueError(f"predictions hold top-{pred.k}, metrics need top-{max_k}")
+    # every averaged metric is a ratio of per-instance sums: one implementation serves the point values
+    # here and the bootstrap intervals / paired tests (xmc.metrics.bootstrap)
+    from xmc.metrics.bootstrap import instance_contributions
+
+    out: dict[str, Any] = instance_contributions(pred, Y, train_label_freq, n_train, ks, recall_ks, a, b, filt).values()
     idx, Y = _apply_filter(pred, Y.tocsr(), filt)
     n = Y.shape[0]
-    npos = np.diff(Y.indptr)
+    has = np.diff(Y.indptr) > 0
     hits = hit_matrix(idx, Y)
-    inv_p = inverse_propensity(train_label_freq, n_train, a, b)
-    wt_hits = hits * np.where(idx >= 0, inv_p[np.maximum(idx, 0)], 0.0)
-    # best achievable PSP: each row's positives sorted by inverse propensity, descending
-    best = np.zeros((n, max(ks)))
-    for i in range(n):
-        w = np.sort(inv_p[Y.indices[Y.indptr[i]:Y.indptr[i + 1]]])[::-1][: max(ks)]
-        best[i, : len(w)] = w
-    disc = 1.0 / np.log2(np.arange(2, max_k + 2))
-    out: dict[str, Any] = {}
-    for k in ks:
-        out[f"P@{k}"] = 100 * float(hits[:, :k].sum(1).mean() / k)
-        dcg = (hits[:, :k] * disc[:k]).sum(1)
-        idcg = np.cumsum(disc[:k])[np.clip(np.minimum(npos, k) - 1, 0, None)]
-        out[f"nDCG@{k}"] = 100 * float(np.where(npos > 0, dcg / idcg, 0.0).mean())
-        denom = best[:, :k].sum()
-        out[f"PSP@{k}"] = 100 * float(wt_hits[:, :k].sum() / denom) if denom > 0 else 0.0
-    has = npos > 0
-    for k in recall_ks:
-        out[f"R@{k}"] = 100 * float((hits[has, :k].sum(1) / npos[has]).mean()) if has.any() else 0.0
     # label-occurrence (micro) recall@100 by training frequency of the label
     k_rec = max(recall_ks)
     freq = np.asarray(train_label_freq)
@@ -121,7 +107,6 @@ def evaluate_topk(
         tot, hit = int(tot_by_label[m].sum()), int(hit_by_label[m].sum())
         buckets.append({"bucket": name, "test_pairs": tot, f"recall@{k_rec}": 100 * hit / tot if tot else None})
     unseen = buckets[0]
-    out[f"unseen_R@{k_rec}"] = unseen[f"recall@{k_rec}"] if unseen[f"recall@{k_rec}"] is not None else 0.0
     out["n_test"] = int(n)
     out["n_test_without_labels"] = int((~has).sum())
     out["unseen_test_pairs"] = unseen["test_pairs"]

@@ -34,14 +34,17 @@ class RetrievalEvaluator:
     def monitoring(cls, ds: Any, train_cfg: dict[str, Any], eval_params: dict[str, Any] | None
                    ) -> tuple[RetrievalEvaluator | None, int]:
         """The per-epoch monitor of a training run and its period (``train.eval_every_epochs``; 0 = none):
-        a fixed slice of ``train.val_max_instances`` test queries, for the curves only (no model selection)."""
+        the first ``train.val_max_instances`` queries of the **validation** split (0 = all of it). The test
+        split is never loaded for training, so it cannot leak into curves, early stopping or choices."""
         every = int(train_cfg.get("eval_every_epochs", 0))
         if not every:
             return None, 0
         ev = eval_params or {}
-        n_val = int(train_cfg.get("val_max_instances", 500))
+        if ds.val is None or len(ds.val) == 0:
+            return None, 0
+        n_val = int(train_cfg.get("val_max_instances", 500)) or len(ds.val)
         freq = np.asarray(ds.trn.Y.sum(0)).ravel()
-        return cls(ds.tst.texts[:n_val], ds.tst.Y[:n_val], freq, len(ds.trn),
+        return cls(ds.val.texts[:n_val], ds.val.Y[:n_val], freq, len(ds.trn),
                    a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5))), every
 
     def __call__(self, model: Any) -> dict[str, float]:

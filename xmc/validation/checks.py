@@ -74,6 +74,7 @@ def label_frequency_summary(ds: XMCDataset, head_min_freq: int, tail_max_freq: i
     """Head / torso / tail counts over training frequency, and labels unseen in training."""
     trn_freq = np.asarray(ds.trn.Y.sum(0)).ravel()
     tst_freq = np.asarray(ds.tst.Y.sum(0)).ravel()
+    val_freq = np.asarray(ds.val.Y.sum(0)).ravel() if ds.val is not None else np.zeros_like(trn_freq)
     seen = trn_freq > 0
     return {
         "head_min_freq": head_min_freq,
@@ -86,7 +87,10 @@ def label_frequency_summary(ds: XMCDataset, head_min_freq: int, tail_max_freq: i
         "test_labels": int((tst_freq > 0).sum()),
         "test_labels_unseen_in_train": int(((tst_freq > 0) & ~seen).sum()),
         "test_pairs_unseen_in_train": int(tst_freq[~seen].sum()),
-        "never_used": int(((trn_freq == 0) & (tst_freq == 0)).sum()),
+        "validation_labels": int((val_freq > 0).sum()),
+        "validation_labels_unseen_in_train": int(((val_freq > 0) & ~seen).sum()),
+        "validation_pairs_unseen_in_train": int(val_freq[~seen].sum()),
+        "never_used": int(((trn_freq == 0) & (tst_freq == 0) & (val_freq == 0)).sum()),
         "max_train_freq": int(trn_freq.max()) if trn_freq.size else 0,
         "train_freq_histogram": {
             "bins": ["0", "1", "2-5", "6-20", "21-100", "101-1000", ">1000"],
@@ -95,18 +99,22 @@ def label_frequency_summary(ds: XMCDataset, head_min_freq: int, tail_max_freq: i
     }
 
 
+SPLIT_NAMES = (("trn", "training"), ("val", "validation"), ("tst", "test"))
+
+
 def _frames(ds: XMCDataset) -> dict[str, pd.DataFrame]:
     frames = {}
-    for name in ("trn", "tst"):
+    for name in ("trn", "val", "tst"):
         s = ds.split(name)
         frames[name] = pd.DataFrame({
             "uid": s.uids,
             "text": s.texts,
             "n_labels": np.diff(s.Y.indptr),
+            "group": s.groups if s.groups is not None else [None] * len(s),
         })
     frames["lbl"] = pd.DataFrame({"uid": ds.label_uids, "text": ds.label_texts})
     rows = []
-    for name in ("trn", "tst"):
+    for name in ("trn", "val", "tst"):
         Y = ds.split(name).Y
         rows.append(pd.DataFrame({"split": name, "label_id": Y.indices.astype(np.int64)}))
     frames["pairs"] = pd.concat(rows, ignore_index=True)
@@ -121,7 +129,7 @@ def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str,
     max_label_chars = int(params.get("max_label_chars", 4000))
     counts = ds.meta.get("counts", {})
     suites: dict[str, list[tuple[str, Any]]] = {}
-    for name, what in (("trn", "training"), ("tst", "test")):
+    for name, what in SPLIT_NAMES:
         expected_rows = counts.get(name, {}).get("instances", len(ds.split(name)))
         suites[name] = [
             ("texts are non-empty", E.ExpectColumnValueLengthsToBeBetween(column="text", min_value=1, severity="critical")),
@@ -133,9 +141,22 @@ def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str,
              E.ExpectColumnValuesToBeBetween(column="n_labels", min_value=1,
                                              severity="critical" if name == "trn" else "warning")),
         ]
-    suites["tst"].append((
-        "test texts do not also occur in training",
-        E.ExpectColumnValuesToNotBeInSet(column="text", value_set=sorted(set(ds.trn.texts)), severity="warning"),
+    trn_texts = sorted(set(ds.trn.texts))
+    for name, what in SPLIT_NAMES[1:]:
+        suites[name].append((
+            f"{what} texts do not also occur in training",
+            E.ExpectColumnValuesToNotBeInSet(column="text", value_set=trn_texts, severity="warning"),
+        ))
+    # a validation split that shares a document with training would leak it (its scores would flatter)
+    trn_groups = sorted({g for g in (ds.trn.groups or []) if g is not None})
+    if ds.val.groups is not None and trn_groups:
+        suites["val"].append((
+            "validation documents (groups) do not occur in training",
+            E.ExpectColumnValuesToNotBeInSet(column="group", value_set=trn_groups, severity="critical"),
+        ))
+    suites["val"].append((
+        "uids are disjoint from training",
+        E.ExpectColumnValuesToNotBeInSet(column="uid", value_set=sorted(set(ds.trn.uids)), severity="critical"),
     ))
     suites["lbl"] = [
         ("label texts are non-empty", E.ExpectColumnValueLengthsToBeBetween(column="text", min_value=1, severity="critical")),

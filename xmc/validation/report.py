@@ -69,7 +69,7 @@ def render_html(summary: ValidationSummary, title: str = "Data validation report
     out.append("</table>")
     out.append("<h2>Counts</h2>")
     cnt = summary.counts
-    rows = [{"split": s, **{k: v for k, v in cnt[s].items()}} for s in ("trn", "tst") if s in cnt]
+    rows = [{"split": s, **{k: v for k, v in cnt[s].items()}} for s in ("trn", "val", "tst") if s in cnt]
     out.append(f"<p>Labels: {cnt.get('n_labels')}; filtered test pairs: {cnt.get('tst_filter_pairs', 0)}</p>" + _table(rows))
     lf = summary.label_frequency
     out.append("<h2>Label frequency</h2>")

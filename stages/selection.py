@@ -1,0 +1,52 @@
+"""Selection report: which setting each choice of params ``selection`` keeps, decided on validation only.
+
+Usage: ``python -m stages.selection``. Reads metrics_val/<run>.json and evaluation/val/<run>.npz of the
+candidate runs and data/processed/val_Y.npz (never a test-split file) and writes reports/selection.{json,md,html}. A candidate
+not evaluated on validation yet leaves its choice incomplete instead of failing the stage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import scipy.sparse as sp
+
+from xmc.config import load_params, run_entry_point
+from xmc.io import atomic_file, read_json, write_json
+from xmc.metrics.bootstrap import VAL_METRICS_DIR, InstanceContributions, bootstrap_settings, contrib_path
+from xmc.report.selection import render_selection_html, render_selection_markdown, select_all
+
+
+def main() -> None:
+    params = load_params()
+    selection: dict[str, Any] = params.get("selection") or {}
+    boot = bootstrap_settings(params)
+    choices = (selection.get("choices") or {}).values()
+    runs = sorted({str(r) for c in choices for r in (c.get("candidates") or {}).values()})
+    metric_files = {r: VAL_METRICS_DIR / f"{r}.json" for r in runs}
+    val_metrics = {r: read_json(f) for r, f in metric_files.items() if f.exists()}
+    contrib_files = {r: contrib_path(r, "val") for r in runs}
+    val_contrib = {r: InstanceContributions.load(f) for r, f in contrib_files.items() if f.exists()}
+    report = select_all(selection, val_metrics, val_contrib, **boot)
+
+    # MACLR is zero-shot on training data but its settings are chosen with validation labels: say how many
+    val_Y = Path((params.get("data") or {}).get("processed_dir", "data/processed")) / "val_Y.npz"
+    n_pairs = int(sp.load_npz(val_Y).nnz) if val_Y.exists() else None
+    for c in report["choices"]:
+        if c.get("method") != "maclr":
+            continue
+        n_inst = next((val_metrics[r["run"]].get("n_test") for r in c["candidates"] if r["run"] in val_metrics), None)
+        if n_inst is not None:
+            c["val_labels_used"] = {"instances": int(n_inst), "pairs": n_pairs}
+
+    out = Path("reports")
+    write_json(out / "selection.json", report)
+    with atomic_file(out / "selection.md") as fh:
+        fh.write(render_selection_markdown(report))
+    with atomic_file(out / "selection.html") as fh:
+        fh.write(render_selection_html(report))
+
+
+if __name__ == "__main__":
+    run_entry_point(main)

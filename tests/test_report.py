@@ -1,0 +1,347 @@
+"""The evaluate, report and selection stages on small synthetic files (real computations, subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import yaml
+
+from xmc.errors import ConfigError
+from xmc.io import save_csr, write_json
+from xmc.metrics import evaluate_topk
+from xmc.metrics.bootstrap import InstanceContributions, instance_contributions
+from xmc.predictions import TopK
+from xmc.report import seed_rows, select
+
+ROOT = Path(__file__).resolve().parents[1]
+METRICS4 = ["P@1", "P@5", "PSP@5", "R@100"]
+EVAL = {"top_k": 12, "ks": [1, 3, 5], "recall_ks": [4, 10], "propensity_a": 0.55, "propensity_b": 1.5,
+        "bootstrap": {"n_resamples": 300, "seed": 0, "level": 0.95}}
+
+
+def run_stage(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", *args], cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+
+
+def write_params(repo: Path, **extra: Any) -> None:
+    params = {"data": {"dataset_dir": "../datasets/toy", "processed_dir": "data/processed"}, "evaluate": EVAL, **extra}
+    repo.mkdir(parents=True, exist_ok=True)
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+
+
+def toy_split(rng: np.random.Generator, n: int, L: int = 30, k: int = 12) -> tuple[sp.csr_matrix, TopK]:
+    """Truth with some empty rows and predictions that put a positive first on about half the rows."""
+    Y = (rng.random((n, L)) < 0.1).astype(np.float32)
+    Y[:3] = 0
+    idx = np.array([rng.permutation(L)[:k] for _ in range(n)], dtype=np.int32)
+    for i in range(n):
+        pos = np.flatnonzero(Y[i])
+        if len(pos) and rng.random() < 0.5:
+            idx[i] = np.concatenate([[pos[0]], [x for x in idx[i] if x != pos[0]]])[:k]
+    return sp.csr_matrix(Y), TopK(idx, np.tile(-np.arange(k, dtype=np.float32), (n, 1)))
+
+
+@pytest.fixture
+def eval_repo(tmp_path):
+    """params + data/processed (only the *_Y.npz files) + predictions of method m on val (tst added by tests)."""
+    rng = np.random.default_rng(0)
+    repo = tmp_path / "repo"
+    write_params(repo)
+    trn_Y = (rng.random((100, 30)) < 0.1).astype(np.float32)
+    trn_Y[:, :5] = 0  # labels 0..4 unseen in training
+    trn_Y = sp.csr_matrix(trn_Y)
+    save_csr(repo / "data/processed/trn_Y.npz", trn_Y)
+    val_Y, val_pred = toy_split(rng, 60)
+    save_csr(repo / "data/processed/val_Y.npz", val_Y)
+    val_pred.save(repo / "predictions/m/val_topk.npz")
+    write_json(repo / "predictions/m/timing.json", {"train_seconds": 12.5, "predict_seconds": 1.25})
+    freq = np.asarray(trn_Y.sum(0)).ravel()
+    return {"repo": repo, "rng": rng, "freq": freq, "val": (val_Y, val_pred)}
+
+
+def add_test_split(ctx: dict[str, Any]) -> tuple[sp.csr_matrix, TopK, sp.csr_matrix]:
+    repo = ctx["repo"]
+    tst_Y, tst_pred = toy_split(ctx["rng"], 80)
+    # the filter removes the first prediction of rows 3..30, often a hit
+    filt = sp.csr_matrix((np.ones(28, np.float32), (np.arange(3, 31), tst_pred.indices[3:31, 0])), shape=tst_Y.shape)
+    save_csr(repo / "data/processed/tst_Y.npz", tst_Y)
+    save_csr(repo / "data/processed/tst_filter.npz", filt)
+    tst_pred.save(repo / "predictions/m/tst_topk.npz")
+    return tst_Y, tst_pred, filt
+
+
+def _expected(Y, pred, freq, filt=None) -> dict[str, Any]:
+    return evaluate_topk(pred, Y, freq, 100, ks=(1, 3, 5), recall_ks=(4, 10), filt=filt)
+
+
+# ------------------------------------------------------------------------------------------ evaluate
+
+
+def test_evaluate_val_split_reads_no_test_file(eval_repo):
+    repo = eval_repo["repo"]
+    p = run_stage(repo, "stages.evaluate", "m", "--split", "val")  # no tst_* file exists at all
+    assert p.returncode == 0, p.stderr
+    m = json.loads((repo / "metrics_val/m.json").read_text())
+    val_Y, val_pred = eval_repo["val"]
+    exp = _expected(val_Y, val_pred, eval_repo["freq"])["metrics"]
+    for k, v in exp.items():
+        assert m[k] == (round(v, 4) if isinstance(v, float) else v), k
+    assert "train_seconds" not in m
+    assert set(m["ci95"]) == {"P@1", "nDCG@1", "PSP@1", "P@3", "nDCG@3", "PSP@3", "P@5", "nDCG@5", "PSP@5",
+                              "R@4", "R@10", "unseen_R@10"}
+    for k, (lo, hi) in m["ci95"].items():
+        assert lo <= m[k] <= hi and hi > lo, k
+    c = InstanceContributions.load(repo / "evaluation/val/m.npz")
+    assert c.n == 60 and c.values()["P@1"] == pytest.approx(exp["P@1"], abs=1e-9)
+    assert not (repo / "metrics").exists() and not (repo / "plots").exists()
+    assert sorted(p.relative_to(repo).as_posix() for p in (repo / "evaluation").rglob("*")) == ["evaluation/val",
+                                                                                           "evaluation/val/m.npz"]
+    # same inputs, same bytes (seeded bootstrap, deterministic npz)
+    files = [repo / "metrics_val/m.json", repo / "evaluation/val/m.npz"]
+    before = [f.read_bytes() for f in files]
+    assert run_stage(repo, "stages.evaluate", "m", "--split", "val").returncode == 0
+    assert before == [f.read_bytes() for f in files]
+
+
+def test_evaluate_test_split_applies_filter_and_writes_plots(eval_repo):
+    repo = eval_repo["repo"]
+    tst_Y, tst_pred, filt = add_test_split(eval_repo)
+    p = run_stage(repo, "stages.evaluate", "m")  # --split tst is the default
+    assert p.returncode == 0, p.stderr
+    m = json.loads((repo / "metrics/m.json").read_text())
+    exp = _expected(tst_Y, tst_pred, eval_repo["freq"], filt)
+    unfiltered = _expected(tst_Y, tst_pred, eval_repo["freq"])["metrics"]
+    assert unfiltered["P@1"] != exp["metrics"]["P@1"]  # the filter matters on this data
+    assert m["P@1"] == round(exp["metrics"]["P@1"], 4) and m["n_test"] == 80
+    assert m["train_seconds"] == 12.5 and m["predict_seconds"] == 1.25
+    assert m["ci95"]["P@1"][0] <= m["P@1"] <= m["ci95"]["P@1"][1]
+    c = InstanceContributions.load(repo / "evaluation/tst/m.npz")
+    assert c.values()["P@1"] == pytest.approx(exp["metrics"]["P@1"], abs=1e-9)
+    at_k = json.loads((repo / "plots/eval/m/at_k.json").read_text())
+    assert [r["k"] for r in at_k] == [1, 3, 5] and at_k[0]["precision"] == m["P@1"]
+    rbf = json.loads((repo / "plots/eval/m/recall_by_frequency.json").read_text())
+    assert [r["test_pairs"] for r in rbf] == [b["test_pairs"] for b in exp["recall_by_frequency"]]
+    assert not (repo / "metrics_val").exists() and not (repo / "evaluation/val").exists()
+
+
+def test_evaluate_ablation_destinations(eval_repo):
+    repo = eval_repo["repo"]
+    add_test_split(eval_repo)
+    assert run_stage(repo, "stages.evaluate", "m", "--ablation").returncode == 0
+    assert "ci95" in json.loads((repo / "ablations/metrics/m.json").read_text())
+    assert (repo / "ablations/plots/m/at_k.json").exists() and (repo / "evaluation/ablations/m.npz").exists()
+    assert not (repo / "metrics").exists() and not (repo / "evaluation/tst").exists()
+
+
+def test_evaluate_missing_predictions_is_one_line_error(eval_repo):
+    p = run_stage(eval_repo["repo"], "stages.evaluate", "nope", "--split", "val")
+    assert p.returncode == 1
+    assert p.stderr.strip().splitlines()[-1] == "error: predictions/nope/val_topk.npz: no predictions for method 'nope'"
+    bad = run_stage(eval_repo["repo"], "stages.evaluate", "m", "--split", "dev")
+    assert bad.returncode == 1 and "invalid choice" in bad.stderr.strip().splitlines()[-1]
+
+
+# ------------------------------------------------------------------------------------------ report
+
+
+def contrib(hits: np.ndarray) -> InstanceContributions:
+    """The same per-row hits for P@1, P@5, PSP@5 and R@100 (den 1): enough for paired tests."""
+    return InstanceContributions(METRICS4, np.tile(hits.astype(np.float64), (4, 1)), np.ones((4, len(hits))))
+
+
+def metrics_json(p1: float, **kw: Any) -> dict[str, Any]:
+    m = {"P@1": p1, "P@3": 30.0, "P@5": 25.0, "nDCG@5": 33.0, "PSP@5": 31.0, "R@10": 31.0, "R@100": 65.0,
+         "unseen_R@100": 70.0, "n_test": 1500, "n_test_without_labels": 0, "unseen_test_pairs": 9}
+    m.update(kw)
+    return m
+
+
+@pytest.fixture
+def report_repo(tmp_path):
+    repo = tmp_path / "repo"
+    write_params(repo, methods=["good", "bad"], ablations=["abl"],
+                 report={"seeds": {"good": ["good_seed1", "good_seed2", "good_seed3"], "absent": ["x"]},
+                         "paired": [["good", "bad"], ["good", "missing"]], "paired_ablations": [["abl", "bad"], ["good", "abl"]],
+                         "alpha": 0.05})
+    n = 1500
+    bad = np.zeros(n)
+    bad[:450] = 1  # 30 %
+    good = bad.copy()
+    good[450:600] = 1  # 40 %: +150 hits
+    abl = bad.copy()
+    abl[450:463] = 1
+    abl[:10] = 0  # 13 rows won, 10 lost: +0.2, a tie
+    for name, h in (("good", good), ("bad", bad)):
+        contrib(h).save(repo / f"evaluation/tst/{name}.npz")
+    contrib(abl).save(repo / "evaluation/ablations/abl.npz")
+    write_json(repo / "metrics/good.json", metrics_json(40.0, ci95={"P@1": [37.54, 42.46], "R@100": [63.0, 67.0]},
+                                                       train_seconds=10.0, predict_seconds=1.0))
+    write_json(repo / "metrics/bad.json", metrics_json(30.0, ci95={"P@1": [27.7, 32.3]}))
+    write_json(repo / "metrics/good_seed1.json", metrics_json(42.0, **{"P@5": 26.0}))
+    write_json(repo / "metrics/good_seed2.json", metrics_json(44.0, **{"P@5": 27.0}))
+    write_json(repo / "metrics/x.json", metrics_json(1.0))  # extra run of a base that is absent
+    write_json(repo / "ablations/metrics/abl.json", metrics_json(30.2, ci95={"P@1": [27.9, 32.5]}))
+    return repo
+
+
+def test_report_intervals_seeds_and_paired(report_repo):
+    repo = report_repo
+    p = run_stage(repo, "stages.report")
+    assert p.returncode == 0, p.stderr
+    md = (repo / "reports/comparison.md").read_text()
+    assert "| good | 40.0 [37.5, 42.5] | 30.0 | 25.0 |" in md
+    assert "| bad | 30.0 [27.7, 32.3] |" in md
+    assert "95 % percentile bootstrap intervals over the 1500 test instances (B = 300 resamples, seed 0)" in md
+    # seeds: P@1 40, 42, 44 -> 42.0 +- 2.0; P@5 25, 26, 27 -> 26.0 +- 1.0; good_seed3 has no metrics file
+    assert "| good | 3 | 42.0 ± 2.0 | 26.0 ± 1.0 | 31.0 ± 0.0 | 65.0 ± 0.0 |" in md
+    assert "good: 3 of 4 runs found" in md and "| absent |" not in md
+    paired = json.loads((repo / "reports/paired.json").read_text())
+    assert [(r["a"], r["b"], r["metric"]) for r in paired] == [("good", "bad", m) for m in METRICS4]
+    p1 = paired[0]
+    assert p1["a_value"] == 40.0 and p1["b_value"] == 30.0 and p1["diff"] == 10.0
+    assert p1["p_value"] < 0.01 and p1["verdict"] == "a better" and p1["better"] == "good"
+    assert p1["ci95"][0] > 8 and p1["ci95"][1] < 12
+    assert "| good | bad | P@1 | 40.0 | 30.0 | +10.00 [" in md and "| good better |" in md
+    assert "not compared: good vs missing: no test contributions for missing (evaluation/tst/<run>.npz)" in md
+    html = (repo / "reports/comparison.html").read_text()
+    for s in ("[37.5, 42.5]", "Seed variation", "42.0 ± 2.0", "Paired comparisons", "good better",
+              "percentile bootstrap", "figures/precision_at_k.png"):
+        assert s in html, s
+    assert "http" not in html.replace("<!doctype html>", "") and "<script" not in html and "<link" not in html
+    assert (repo / "reports/figures/precision_at_k.png").stat().st_size > 0
+
+
+def test_report_ablations_adds_paired_ablation_rows(report_repo):
+    repo = report_repo
+    assert run_stage(repo, "stages.report", "--ablations").returncode == 0
+    md = (repo / "reports/ablations.md").read_text()
+    assert "| abl | 30.2 [27.9, 32.5] |" in md and "| good | 40.0 [37.5, 42.5] |" in md
+    rows = json.loads((repo / "reports/paired_ablations.json").read_text())
+    abl = [r for r in rows if r["a"] == "abl" and r["metric"] == "P@1"][0]
+    assert abl["diff"] == 0.2 and abl["p_value"] >= 0.05 and abl["verdict"] == "tie" and abl["better"] is None
+    assert "| abl | bad | P@1 | 30.2 | 30.0 | +0.20 [" in md and "| tie |" in md
+    # a main run (evaluation/tst) against an ablation (evaluation/ablations)
+    cross = [r for r in rows if (r["a"], r["b"]) == ("good", "abl")]
+    assert [r["metric"] for r in cross] == METRICS4 and cross[0]["diff"] == pytest.approx(9.8)
+    assert [(r["a"], r["b"]) for r in rows[:4]] == [("good", "bad")] * 4  # report.paired first
+    assert "Seed variation" not in md
+
+
+def test_seed_rows_single_seed_has_no_sd(tmp_path):
+    write_json(tmp_path / "a.json", {"P@1": 10.0, "P@5": 5.0, "PSP@5": 1.0, "R@100": 2.0})
+    rows = seed_rows(tmp_path, {"a": ["a_s1"]})
+    assert rows[0]["n_found"] == 1 and rows[0]["n_runs"] == 2
+    assert rows[0]["P@1"] == {"mean": 10.0, "sd": None}
+
+
+# ------------------------------------------------------------------------------------------ selection
+
+
+def _val(n: int = 1200, extra: int = 0, lost: int = 0, seed: int = 0) -> tuple[dict[str, Any], InstanceContributions]:
+    """Validation metrics and contributions of a run: a shared 30 % base, ``extra`` hits added, ``lost`` removed."""
+    hits = (np.random.default_rng(seed).random(n) < 0.3).astype(np.float64)
+    gain, loss = np.flatnonzero(hits == 0)[:extra], np.flatnonzero(hits == 1)[:lost]
+    hits[gain], hits[loss] = 1, 0
+    c = contrib(hits)
+    return {**{k: round(v, 4) for k, v in c.values().items()}, "n_test": n}, c
+
+
+def _choice(**kw: Any) -> dict[str, Any]:
+    return {"method": "dexml", "knob": "dual_encoder.negatives.positive_sampling", "reference": "uniform",
+            "default": "inverse_propensity", "candidates": {"uniform": "r_uni", "inverse_propensity": "r_ip"}, **kw}
+
+
+def _runs(**changes: tuple[int, int]) -> tuple[dict[str, Any], dict[str, InstanceContributions]]:
+    """run -> (hits added, hits lost) against the shared base."""
+    ms, cs = {}, {}
+    for run, (extra, lost) in changes.items():
+        ms[run], cs[run] = _val(extra=extra, lost=lost)
+    return ms, cs
+
+
+def test_select_keeps_the_reference_on_a_tie():
+    ms, cs = _runs(r_uni=(0, 0), r_ip=(25, 20))  # 25 rows won, 20 lost of 1200: +0.42 P@5
+    r = select(_choice(), ms, cs, "P@5", 0.05, n_resamples=300)
+    assert r["complete"] and r["best"] == "inverse_propensity" and r["chosen"] == "uniform"
+    assert r["p_value"] >= 0.05 and r["diff"] > 0 and r["default_is_chosen"] is False
+    assert r["reason"].startswith("uniform: inverse_propensity is +0.42 P@5")
+    assert r["reason"].endswith(": tie, keep the reference")
+    marks = {c["value"]: (c["reference"], c["default"]) for c in r["candidates"]}
+    assert marks == {"uniform": (True, False), "inverse_propensity": (False, True)}
+
+
+def test_select_takes_a_significantly_better_candidate():
+    ms, cs = _runs(r_uni=(0, 0), r_ip=(130, 10))  # +10 points
+    r = select(_choice(), ms, cs, "P@5", 0.05, n_resamples=300)
+    assert r["chosen"] == "inverse_propensity" and r["chosen_run"] == "r_ip" and r["p_value"] < 0.01
+    assert r["default_is_chosen"] is True and "choose inverse_propensity" in r["reason"]
+    r2 = select(_choice(default="uniform"), ms, cs, "P@5", 0.05, n_resamples=300)
+    assert r2["chosen"] == "inverse_propensity" and r2["default_is_chosen"] is False
+
+
+def test_select_reference_best_and_incomplete_cases():
+    ms, cs = _runs(r_uni=(50, 0), r_ip=(0, 0))
+    r = select(_choice(default="uniform"), ms, cs, "P@5", 0.05, n_resamples=100)
+    assert r["best"] == r["chosen"] == "uniform" and r["default_is_chosen"] is True and r["p_value"] is None
+    three = _choice(candidates={"uniform": "r_uni", "inverse_propensity": "r_ip", "mixed": "r_mix"})
+    r = select(three, ms, cs, "P@5", 0.05)
+    assert r["complete"] is False and r["chosen"] is None and r["default_is_chosen"] is False
+    assert [c["status"] for c in r["candidates"]] == ["ok", "ok", "not run"] and "mixed (r_mix)" in r["reason"]
+    ms2, cs2 = _runs(r_uni=(0, 0), r_ip=(130, 10))
+    del cs2["r_ip"]  # metrics but no contributions: cannot test, so no decision
+    assert select(_choice(), ms2, cs2, "P@5", 0.05)["chosen"] is None
+    with pytest.raises(ConfigError, match="default 'other' is not a candidate"):
+        select(_choice(default="other"), ms, cs, "P@5", 0.05)
+
+
+def test_selection_stage_uses_validation_only(tmp_path):
+    repo = tmp_path / "repo"
+    choices = {
+        "positive_sampling": _choice(note="DEXML code samples uniformly"),
+        "stage2_select": {"method": "maclr", "knob": "maclr.defaults.stage2.select", "reference": "union",
+                          "default": "agree", "candidates": {"union": "maclr_union", "agree": "maclr"}},
+        "loss": {"method": "dexml", "knob": "dual_encoder.loss.name", "reference": "decoupled_softmax",
+                 "default": "decoupled_softmax", "candidates": {"decoupled_softmax": "r_uni", "softmax": "r_soft"}},
+    }
+    write_params(repo, selection={"metric": "P@5", "alpha": 0.05, "choices": choices})
+    for run, (extra, lost) in {"r_uni": (0, 0), "r_ip": (130, 10), "maclr_union": (0, 0), "maclr": (12, 10)}.items():
+        m, c = _val(extra=extra, lost=lost)
+        write_json(repo / f"metrics_val/{run}.json", m)
+        c.save(repo / f"evaluation/val/{run}.npz")
+        # test-split files that would reverse every decision if they were read
+        write_json(repo / f"metrics/{run}.json", {**m, "P@5": 100.0 - m["P@5"]})
+        _val(extra=600 - extra)[1].save(repo / f"evaluation/tst/{run}.npz")
+    val_Y = sp.csr_matrix((np.random.default_rng(1).random((1200, 40)) < 0.05).astype(np.float32))
+    save_csr(repo / "data/processed/val_Y.npz", val_Y)
+    p = run_stage(repo, "stages.selection")
+    assert p.returncode == 0, p.stderr
+    rep = json.loads((repo / "reports/selection.json").read_text())
+    assert rep["settings"] == {"split": "val", "metric": "P@5", "alpha": 0.05, "n_resamples": 300, "seed": 0,
+                               "level": 0.95, "rule": rep["settings"]["rule"]}
+    by = {c["name"]: c for c in rep["choices"]}
+    assert by["positive_sampling"]["chosen"] == "inverse_propensity" and by["positive_sampling"]["default_is_chosen"]
+    assert by["stage2_select"]["chosen"] == "union" and by["stage2_select"]["default_is_chosen"] is False
+    assert by["loss"]["complete"] is False and by["loss"]["chosen"] is None
+    assert by["stage2_select"]["val_labels_used"] == {"instances": 1200, "pairs": int(val_Y.nnz)}
+    md = (repo / "reports/selection.md").read_text()
+    assert "Choices are made on the validation split (group-disjoint from training)" in md
+    assert "Primary metric: P@5; alpha = 0.05" in md
+    assert "Final models train on the training split minus validation with the selected settings" in md
+    assert (f"MACLR is zero-shot: its selection used the labels of the 1200 validation instances "
+            f"({val_Y.nnz} labelled pairs)") in md
+    assert "stage2_select: the default (agree) disagrees with the selection (union)" in md
+    assert "positive_sampling: the default (inverse_propensity) agrees with the selection" in md
+    assert "| loss | dual_encoder.loss.name | softmax | r_soft | – | – | – | – | not run |" in md
+    assert "Note: DEXML code samples uniformly" in md
+    html = (repo / "reports/selection.html").read_text()
+    assert "MACLR is zero-shot" in html and "class='chosen'" in html and "not run" in html

@@ -1,0 +1,128 @@
+"""The test split is read only to report: no training, selection or feature stage may depend on it.
+
+Checks the real dvc.yaml/params.yaml of this repository through DVC's own stage index (foreach
+expanded), so a stage added later with a test-split dependency fails here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import networkx as nx
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+# stages allowed to read test files: data preparation (ingest writes the splits, validate checks them),
+# prediction (writes top-k for the test texts, never reads test labels) and evaluation / reporting
+TEST_READERS = {"ingest", "validate", "label_prior", "tfidf_zeroshot", "tfidf_knn", "index", "predict_unidec",
+                "evaluate", "evaluate_ablation", "report", "report_ablations"}
+# outputs that hold test material: any dependency on them (or on a folder holding them) reads the test split
+TEST_MATERIAL = ("data/processed", "metrics", "plots/eval", "evaluation/tst", "evaluation/ablations",
+                 "ablations/metrics", "ablations/plots", "reports/validation/summary.json",
+                 "reports/validation/report.html", "reports/comparison.md", "reports/paired.json")
+
+
+def _base(stage) -> str:
+    return stage.name.split("@")[0]
+
+
+def _reads_test(rel: str, dataset_dir: str) -> bool:
+    parts = Path(rel).parts
+    if any(p.startswith("tst") for p in parts) or rel == "data/processed/meta.json":
+        return True
+    if rel in TEST_MATERIAL or any(rel.startswith(m + "/") and not rel.startswith("data/processed/")
+                                   for m in TEST_MATERIAL):
+        return True
+    if rel == "predictions" or (len(parts) == 2 and parts[0] == "predictions"):  # a whole predictions folder
+        return True
+    return rel == dataset_dir or rel in ("evaluation",)
+
+
+@pytest.fixture(scope="module")
+def dvc_index():
+    from dvc.repo import Repo
+
+    repo = Repo(str(REPO))
+    try:
+        yield repo.index
+    finally:
+        repo.close()
+
+
+def _rel(path: str) -> str:
+    import os
+
+    return os.path.relpath(os.path.realpath(path), os.path.realpath(REPO))
+
+
+def test_only_prediction_and_evaluation_stages_depend_on_test_files(dvc_index) -> None:
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    dataset_dir = _rel(str(REPO / params["data"]["dataset_dir"]))
+    offenders = []
+    for stage in dvc_index.stages:
+        if _base(stage) in TEST_READERS:
+            continue
+        for dep in stage.deps:
+            rel = _rel(dep.fs_path)
+            if _reads_test(rel, dataset_dir):
+                offenders.append(f"{stage.name} depends on {rel}")
+    assert not offenders, "stages that must not read the test split depend on it:\n" + "\n".join(offenders)
+
+
+def test_no_training_stage_is_downstream_of_a_test_reader(dvc_index) -> None:
+    """Transitively too: nothing upstream of a training (or feature) stage reads the test split, apart
+    from the data preparation (ingest, validate) that writes and checks every split. (Validation
+    evaluation and selection sit downstream of prediction stages that also predict test rows; the
+    direct-dependency test above shows they read only the validation files.)"""
+    graph = dvc_index.graph  # DVC: an edge stage -> the stage that produces one of its dependencies
+    by_name = {s.name: s for s in dvc_index.stages}
+    assert any(n.name == "ingest" for n in nx.descendants(graph, by_name["train@dexml"])), \
+        "graph direction changed: train@dexml should reach ingest"
+    prep = {"ingest", "validate"}
+    offenders = []
+    trains = [s for s in dvc_index.stages
+              if any(_rel(o.fs_path).split("/")[0] in ("models", "checkpoints", "data") for o in s.outs)]
+    assert len(trains) > 20
+    for stage in trains:
+        if _base(stage) in TEST_READERS:
+            continue
+        upstream = {_base(s) for s in nx.descendants(graph, stage)}
+        bad = sorted(upstream & (TEST_READERS - prep))
+        if bad:
+            offenders.append(f"{stage.name} is downstream of {bad}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_checker_flags_a_test_dependency() -> None:
+    """The rule itself: these paths read the test split, these do not."""
+    ds = "../shared/datasets/semcor-wn30"
+    for rel in ("data/processed", "data/processed/tst.jsonl", "data/processed/tst_Y.npz", "data/processed/meta.json",
+                "metrics", "evaluation/tst", "predictions/dexml", "predictions/dexml/tst_topk.npz", ds,
+                "reports/validation/summary.json"):
+        assert _reads_test(rel, ds), rel
+    for rel in ("data/processed/trn.jsonl", "data/processed/val_Y.npz", "data/processed/lbl.jsonl",
+                "metrics_val", "evaluation/val", "predictions/dexml/val_topk.npz", "models/dexml",
+                "reports/validation/gate.json", "data/maclr_pairs"):
+        assert not _reads_test(rel, ds), rel
+
+
+def test_selection_candidates_are_predicted_and_validated() -> None:
+    """Every run a choice compares has validation predictions and metrics; every reported run has test ones."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    predicted = {**params["predictions"], **params["unidec_predictions"]}
+    for suffix in ("_de_only", "_clf_only"):
+        predicted.update({f"{r}{suffix}": v for r, v in params["unidec_predictions"].items()})
+    predicted.update({m: "val tst" for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn")})
+    validated = set(params["validated"])
+    for name, choice in params["selection"]["choices"].items():
+        assert choice["reference"] in choice["candidates"], name
+        assert choice["default"] in choice["candidates"], name
+        for run in choice["candidates"].values():
+            assert run in validated, f"{name}: {run} is not in params 'validated'"
+            assert "val" in predicted[run].split(), f"{name}: {run} has no validation predictions"
+    for run in params["reported"]:
+        assert "tst" in predicted[run].split(), run
+    for base, extra in params["report"]["seeds"].items():
+        assert base in params["reported"] and all(r in params["reported"] for r in extra), base

@@ -1,0 +1,243 @@
+"""Uncertainty of the XMC metrics: per-instance contributions, bootstrap intervals, paired tests.
+
+Every metric of :func:`xmc.metrics.evaluate_topk` is a ratio of sums over test instances,
+``100 * sum_i num_i / sum_i den_i`` (P@k, nDCG@k: den = 1; PSP@k: den = the row's best
+achievable weight; R@k: den = 1 for rows with a positive; unseen_R: den = the row's unseen
+positives). Storing ``num`` and ``den`` per instance lets one resample instances with
+replacement (the percentile bootstrap) without the predictions, and lets two methods be
+compared on the *same* resamples (the paired bootstrap), which is what makes small
+differences testable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.io import save_npz_deterministic
+from xmc.metrics import _apply_filter, hit_matrix, inverse_propensity
+from xmc.predictions import TopK
+
+BOOTSTRAP_DEFAULTS: dict[str, Any] = {"n_resamples": 1000, "seed": 0, "level": 0.95}
+
+# Pipeline layout: one folder per split, so that a validation-only stage (selection) can depend on
+# evaluation/val and metrics_val without touching anything computed from test labels.
+EVALUATION_DIR = Path("evaluation")
+VAL_METRICS_DIR = Path("metrics_val")
+
+# resample weights are generated and consumed in blocks of at most this many entries (memory bound)
+_BLOCK_ENTRIES = 1 << 22
+
+
+@dataclass
+class InstanceContributions:
+    """Per-instance numerators and denominators of every metric (rows follow ``names``)."""
+
+    names: list[str]
+    num: np.ndarray  # (n_metrics, n) float64
+    den: np.ndarray  # (n_metrics, n) float64
+
+    def __post_init__(self) -> None:
+        self.names = [str(x) for x in self.names]
+        self.num = np.asarray(self.num, dtype=np.float64)
+        self.den = np.asarray(self.den, dtype=np.float64)
+        if self.num.shape != self.den.shape or self.num.ndim != 2 or self.num.shape[0] != len(self.names):
+            raise ValueError(f"num {self.num.shape} and den {self.den.shape} must be ({len(self.names)}, n)")
+
+    @property
+    def n(self) -> int:
+        """Number of instances."""
+        return int(self.num.shape[1])
+
+    def row(self, metric: str) -> int:
+        """Row of ``metric`` in ``num``/``den`` (a one-line error names what exists)."""
+        try:
+            return self.names.index(metric)
+        except ValueError:
+            raise KeyError(f"metric {metric!r} not in contributions ({', '.join(self.names)})") from None
+
+    def values(self) -> dict[str, float]:
+        """Point estimates in percent, equal to ``evaluate_topk(...)["metrics"]``; 0.0 when nothing to divide."""
+        num, den = self.num.sum(1), self.den.sum(1)
+        return {m: (100.0 * float(num[j] / den[j]) if den[j] > 0 else 0.0) for j, m in enumerate(self.names)}
+
+    def save(self, path: str | Path) -> None:
+        """Byte-identical npz for identical contributions (DVC hashes it); no pickled objects."""
+        save_npz_deterministic(path, names=np.array(self.names, dtype=np.str_), num=self.num, den=self.den)
+
+    @classmethod
+    def load(cls, path: str | Path) -> InstanceContributions:
+        with np.load(path, allow_pickle=False) as z:
+            return cls([str(x) for x in z["names"]], z["num"], z["den"])
+
+
+def contrib_path(run: str, split: str = "tst", ablation: bool = False, root: str | Path = EVALUATION_DIR) -> Path:
+    """Where the evaluate stage keeps a run's contributions: evaluation/{tst,val,ablations}/<run>.npz."""
+    if split not in ("tst", "val"):
+        raise ValueError(f"split must be tst or val, got {split!r}")
+    return Path(root) / ("ablations" if ablation else split) / f"{run}.npz"
+
+
+def bootstrap_settings(params: dict[str, Any]) -> dict[str, Any]:
+    """params ``evaluate.bootstrap`` with defaults for what it leaves out (one place for every stage)."""
+    given = (params.get("evaluate") or {}).get("bootstrap") or {}
+    s = {**BOOTSTRAP_DEFAULTS, **given}
+    return {"n_resamples": int(s["n_resamples"]), "seed": int(s["seed"]), "level": float(s["level"])}
+
+
+def _best_psp_weights(Y: sp.csr_matrix, inv_p: np.ndarray, k: int) -> np.ndarray:
+    """(n, k): each row's positive weights sorted descending, zero-padded (PSP@k's best achievable)."""
+    n = Y.shape[0]
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(Y.indptr))
+    w = inv_p[Y.indices]
+    order = np.lexsort((-w, rows))
+    rank = np.arange(len(order), dtype=np.int64) - Y.indptr[rows[order]]
+    keep = rank < k
+    best = np.zeros((n, k))
+    best[rows[order][keep], rank[keep]] = w[order][keep]
+    return best
+
+
+def instance_contributions(
+    pred: TopK,
+    Y: sp.csr_matrix,
+    train_label_freq: np.ndarray,
+    n_train: int,
+    ks: tuple[int, ...] = (1, 3, 5),
+    recall_ks: tuple[int, ...] = (10, 100),
+    a: float = 0.55,
+    b: float = 1.5,
+    filt: sp.csr_matrix | None = None,
+) -> InstanceContributions:
+    """The per-instance terms of every metric ``evaluate_topk`` reports (same conventions, same filter)."""
+    if pred.indices.shape[0] != Y.shape[0]:
+        raise ValueError(f"predictions have {pred.indices.shape[0]} rows, truth has {Y.shape[0]}")
+    max_k = max(max(ks), max(recall_ks))
+    if pred.k < max_k:
+        raise ValueError(f"predictions hold top-{pred.k}, metrics need top-{max_k}")
+    idx, Y = _apply_filter(pred, Y.tocsr(), filt)
+    n = Y.shape[0]
+    npos = np.diff(Y.indptr)
+    has = npos > 0
+    hits = hit_matrix(idx, Y)
+    inv_p = inverse_propensity(train_label_freq, n_train, a, b)
+    wt_hits = hits * np.where(idx >= 0, inv_p[np.maximum(idx, 0)], 0.0)
+    best = _best_psp_weights(Y, inv_p, max(ks))
+    disc = 1.0 / np.log2(np.arange(2, max_k + 2))
+    ones = np.ones(n)
+    names: list[str] = []
+    nums: list[np.ndarray] = []
+    dens: list[np.ndarray] = []
+
+    def add(name: str, num: np.ndarray, den: np.ndarray) -> None:
+        names.append(name)
+        nums.append(num)
+        dens.append(den)
+
+    for k in ks:
+        add(f"P@{k}", hits[:, :k].sum(1) / k, ones)
+        dcg = (hits[:, :k] * disc[:k]).sum(1)
+        idcg = np.cumsum(disc[:k])[np.clip(np.minimum(npos, k) - 1, 0, None)]
+        add(f"nDCG@{k}", np.where(has, dcg / idcg, 0.0), ones)
+        add(f"PSP@{k}", wt_hits[:, :k].sum(1), best[:, :k].sum(1))
+    safe_npos = np.maximum(npos, 1)
+    for k in recall_ks:
+        add(f"R@{k}", np.where(has, hits[:, :k].sum(1) / safe_npos, 0.0), has.astype(np.float64))
+    # unseen-label micro recall: hits and positives among labels with no training occurrence
+    k_rec = max(recall_ks)
+    unseen = np.asarray(train_label_freq) == 0
+    hit_unseen = (hits[:, :k_rec] * unseen[np.maximum(idx[:, :k_rec], 0)]).sum(1)
+    rows = np.repeat(np.arange(n), npos)
+    pos_unseen = np.bincount(rows, weights=unseen[Y.indices].astype(np.float64), minlength=n)
+    add(f"unseen_R@{k_rec}", hit_unseen, pos_unseen)
+    return InstanceContributions(names, np.vstack(nums), np.vstack(dens))
+
+
+def _weight_blocks(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
+    """Resample counts in consecutive blocks of rows; the same stream whatever the block size."""
+    rng = np.random.default_rng(seed)
+    p = np.full(n, 1.0 / n) if n else np.ones(0)
+    per = max(1, _BLOCK_ENTRIES // max(n, 1))
+    for start in range(0, n_resamples, per):
+        size = min(per, n_resamples - start)
+        if n == 0:
+            yield np.zeros((size, 0), dtype=np.int64)
+        else:
+            yield rng.multinomial(n, p, size=size)
+
+
+def bootstrap_weights(n: int, n_resamples: int = 1000, seed: int = 0) -> np.ndarray:
+    """(n_resamples, n) counts of each instance in each resample (instances drawn with replacement)."""
+    return np.concatenate(list(_weight_blocks(n, n_resamples, seed)), axis=0)
+
+
+def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    return np.divide(100.0 * num, den, out=np.zeros_like(num, dtype=np.float64), where=den > 0)
+
+
+def _resampled(c: InstanceContributions, n_resamples: int, seed: int, rows: list[int]) -> np.ndarray:
+    """(n_resamples, len(rows)) metric values over the resamples."""
+    num, den = c.num[rows], c.den[rows]
+    out = []
+    for blk in _weight_blocks(c.n, n_resamples, seed):
+        w = blk.astype(np.float64)
+        out.append(_ratio(w @ num.T, w @ den.T))
+    return np.concatenate(out, axis=0)
+
+
+def _percentiles(x: np.ndarray, level: float) -> np.ndarray:
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    return np.percentile(x, [50 * (1 - level), 50 * (1 + level)], axis=0)
+
+
+def bootstrap_intervals(
+    c: InstanceContributions, n_resamples: int = 1000, seed: int = 0, level: float = 0.95
+) -> dict[str, list[float]]:
+    """Percentile bootstrap interval [lo, hi] (percent, 2 decimals) of every metric in ``c``."""
+    stats = _resampled(c, n_resamples, seed, list(range(len(c.names))))
+    lo, hi = _percentiles(stats, level)
+    return {m: [round(float(lo[j]), 2), round(float(hi[j]), 2)] for j, m in enumerate(c.names)}
+
+
+def paired_bootstrap(
+    a: InstanceContributions,
+    b: InstanceContributions,
+    metric: str,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> dict[str, Any]:
+    """Difference a - b of ``metric`` on the same instances, its interval and two-sided p-value.
+
+    Both methods are resampled with the same weights, so instance difficulty cancels out. The
+    p-value is that of the centred bootstrap: how often a resampled difference strays from the
+    observed one by at least the observed distance from zero.
+    """
+    if a.n != b.n:
+        raise ValueError(f"paired bootstrap needs the same instances: a has {a.n}, b has {b.n}")
+    ja, jb = a.row(metric), b.row(metric)
+    va, vb = a.values()[metric], b.values()[metric]
+    d_hat = va - vb
+    diffs = []
+    for blk in _weight_blocks(a.n, n_resamples, seed):
+        w = blk.astype(np.float64)
+        diffs.append(_ratio(w @ a.num[ja], w @ a.den[ja]) - _ratio(w @ b.num[jb], w @ b.den[jb]))
+    d = np.concatenate(diffs)
+    lo, hi = _percentiles(d, level)
+    p = (1 + int(np.count_nonzero(np.abs(d - d_hat) >= abs(d_hat)))) / (n_resamples + 1)
+    return {"metric": metric, "a": round(va, 4), "b": round(vb, 4), "diff": round(d_hat, 4),
+            "ci95": [round(float(lo), 2), round(float(hi), 2)], "p_value": float(p),
+            "n": a.n, "n_resamples": int(n_resamples), "seed": int(seed), "level": float(level)}
+
+
+def verdict(p_value: float, diff: float, alpha: float = 0.05) -> str:
+    """"A better" / "B better" when the difference is significant at ``alpha``, else "tie"."""
+    if p_value >= alpha or diff == 0:
+        return "tie"
+    return "A better" if diff > 0 else "B better"
