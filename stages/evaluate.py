@@ -34,7 +34,6 @@ from xmc.metrics.bootstrap import (
     bootstrap_intervals,
     bootstrap_settings,
     contrib_path,
-    instance_contributions,
 )
 from xmc.predictions import TopK
 
@@ -75,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     kw: dict[str, Any] = dict(ks=tuple(ev["ks"]), recall_ks=tuple(ev["recall_ks"]),
                               a=float(ev["propensity_a"]), b=float(ev["propensity_b"]), filt=filt)
     res = evaluate_topk(pred, Y, freq, trn_Y.shape[0], **kw)
-    contrib = instance_contributions(pred, Y, freq, trn_Y.shape[0], **kw)
+    contrib = res["contributions"]
 
     m: dict[str, Any] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in res["metrics"].items()}
     if split == "tst":

@@ -80,17 +80,14 @@ def evaluate_topk(
     b: float = 1.5,
     filt: sp.csr_matrix | None = None,
 ) -> dict[str, Any]:
-    """All metrics of one method, as percentages (0-100), plus recall by frequency bucket."""
-    if pred.indices.shape[0] != Y.shape[0]:
-        raise ValueError(f"predictions have {pred.indices.shape[0]} rows, truth has {Y.shape[0]}")
-    max_k = max(max(ks), max(recall_ks))
-    if pred.k < max_k:
-        raise ValueError(f"predictions hold top-{pred.k}, metrics need top-{max_k}")
-    # every averaged metric is a ratio of per-instance sums: one implementation serves the point values
-    # here and the bootstrap intervals / paired tests (xmc.metrics.bootstrap)
+    """All metrics of one method, as percentages (0-100), plus recall by frequency bucket and the
+    per-instance ``contributions`` behind the averaged metrics (for bootstrap intervals and paired tests)."""
+    # every averaged metric is a ratio of per-instance sums: one implementation (which also checks the
+    # shapes) serves the point values here and the bootstrap intervals / paired tests (xmc.metrics.bootstrap)
     from xmc.metrics.bootstrap import instance_contributions
 
-    out: dict[str, Any] = instance_contributions(pred, Y, train_label_freq, n_train, ks, recall_ks, a, b, filt).values()
+    contrib = instance_contributions(pred, Y, train_label_freq, n_train, ks, recall_ks, a, b, filt)
+    out: dict[str, Any] = contrib.values()
     idx, Y = _apply_filter(pred, Y.tocsr(), filt)
     n = Y.shape[0]
     has = np.diff(Y.indptr) > 0
@@ -110,4 +107,4 @@ def evaluate_topk(
     out["n_test"] = int(n)
     out["n_test_without_labels"] = int((~has).sum())
     out["unseen_test_pairs"] = unseen["test_pairs"]
-    return {"metrics": out, "recall_by_frequency": buckets}
+    return {"metrics": out, "recall_by_frequency": buckets, "contributions": contrib}
