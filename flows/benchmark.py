@@ -11,6 +11,7 @@ from prefect import flow, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.dvc_tasks import _env
+from flows.guard import confine_repo
 from flows.pipeline import xmc_pipeline
 
 
@@ -24,8 +25,11 @@ def trainer_throughput(repo_dir: str, steps: int) -> dict:
 
 @flow(name="xmc-benchmark", log_prints=True)
 def xmc_benchmark(repo_dir: str = ".", steps: int = 30) -> dict:
-    xmc_pipeline(repo_dir=repo_dir, targets=["report", "report_ablations"])
-    res = trainer_throughput(str(Path(repo_dir).resolve()), steps)
+    repo = confine_repo(repo_dir)
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 10_000:
+        raise ValueError(f"steps must be an integer in [1, 10000] (got {steps!r})")
+    xmc_pipeline(repo_dir=str(repo), targets=["report", "report_ablations"])
+    res = trainer_throughput(str(repo), steps)
     create_markdown_artifact(key="xmc-trainer-throughput", markdown="\n".join(
         ["| figure | value |", "|---|---|"] + [f"| {k} | {v:.3f} |" for k, v in res.items()]))
     return res

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
-
-import re
 
 import networkx as nx
 from prefect import get_run_logger, task
@@ -60,28 +60,73 @@ def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[
     return list(nx.lexicographical_topological_sort(g))
 
 
-@task(name="dvc-stage", task_run_name="{stage}")
-def run_dvc_stage(stage: str, repo_dir: str, force: bool = False) -> str:
+class StageInputError(RuntimeError):
+    """A stage failed on its input or parameters (exit code 2): a retry would fail the same way."""
+
+
+class StageTimeout(RuntimeError):
+    """A stage ran past its timeout; its whole process group was stopped."""
+
+
+def _retry_only_transient(task, task_run, state) -> bool:
+    """Prefect retry condition: bad data or parameters are not retried, everything else is."""
+    try:
+        state.result()
+    except StageInputError:
+        return False
+    except Exception:  # noqa: BLE001
+        return True
+    return True
+
+
+GRACE_SECONDS = 20.0
+
+
+@task(name="dvc-stage", task_run_name="{stage}", retry_condition_fn=_retry_only_transient)
+def run_dvc_stage(stage: str, repo_dir: str, force: bool = False, timeout_seconds: float = 0) -> str:
     """``dvc repro --single-item <stage>``; output streamed to the Prefect log.
 
-    Raises with the stage's last error line (stages print one line starting with 'error:').
+    The command runs under :mod:`flows.supervise`: a timeout, a cancellation or the death of this process
+    stops dvc *and* the stage it started (the whole process group), so a retry never meets a second writer.
+    Raises with the stage's first error line (stages print one line starting with 'error:');
+    :class:`StageInputError` (not retried) when the stage exited with the input-error code 2.
     """
     logger = get_run_logger()
     cmd = _dvc() + ["repro", "--single-item"] + (["--force"] if force else []) + [stage]
-    proc = subprocess.Popen(cmd, cwd=repo_dir, env=_env(),
+    sup = [sys.executable, "-m", "flows.supervise", str(os.getpid()), str(float(timeout_seconds)), str(GRACE_SECONDS), "--"]
+    env = _env()
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen(sup + cmd, cwd=repo_dir, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
-    error_line, ran = "", False
+    error_line, ran, input_error, timed_out = "", False, False, False
     assert proc.stdout is not None
-    for line in proc.stdout:
-        line = line.rstrip()
-        if not line or (_TQDM.search(line) and "100%|" not in line):
-            continue  # tqdm redraws: keep the Prefect log readable (the final 100% line stays)
-        logger.info("%s | %s", stage, line)
-        if line.startswith("error:") or line.startswith("ERROR:"):
-            error_line = error_line or line
-        if line.startswith("Running stage"):
-            ran = True
-    rc = proc.wait()
-    if rc != 0:
-        raise RuntimeError(f"stage {stage} failed (exit {rc}): {error_line or 'see log'}")
-    return "ran" if ran else "cached"
+    try:
+        for line in proc.stdout:
+            line = line.rstrip()
+            if not line or (_TQDM.search(line) and "100%|" not in line):
+                continue  # tqdm redraws: keep the Prefect log readable (the final 100% line stays)
+            logger.info("%s | %s", stage, line)
+            if line.startswith("error:") or line.startswith("ERROR:"):
+                error_line = error_line or line
+            if re.search(r"exited with 2\b", line):  # the stage's input-error exit code (xmc.config)
+                input_error = True
+            if line.startswith("supervise: timeout"):
+                timed_out = True
+            if line.startswith("Running stage"):
+                ran = True
+        rc = proc.wait()
+    finally:
+        if proc.poll() is None:  # cancelled or interrupted while the stage runs: stop it, do not orphan it
+            logger.warning("%s: stopping the stage (flow cancelled or interrupted)", stage)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=GRACE_SECONDS + 10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+    if rc == 0:
+        return "ran" if ran else "cached"
+    if timed_out:
+        raise StageTimeout(f"stage {stage} exceeded its timeout of {timeout_seconds:.0f} s and was stopped")
+    if input_error:
+        raise StageInputError(f"stage {stage} failed on its input: {error_line or 'see log'}")
+    raise RuntimeError(f"stage {stage} failed (exit {rc}): {error_line or 'see log'}")

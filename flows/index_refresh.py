@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 from prefect import flow
 
 from flows.dvc_tasks import run_dvc_stage, stage_order
-from flows.pipeline import publish_artifacts
+from flows.guard import confine_name, confine_repo, repo_lock
+from flows.pipeline import publish_artifacts, stage_timeout
+from xmc.config import load_params
 
 
 @flow(name="xmc-index-refresh", log_prints=True)
 def xmc_index_refresh(repo_dir: str = ".", model: str = "dexml", force: bool = True) -> dict:
     """``force`` rebuilds even when DVC sees no change (e.g. after an out-of-band model update)."""
-    repo = Path(repo_dir).resolve()
+    repo = confine_repo(repo_dir)
+    model = confine_name(model, "model")
+    orch = load_params(repo / "params.yaml")["orchestration"]
     out = {}
-    for stage in stage_order(repo, [f"index@{model}"]):
-        is_index = stage == f"index@{model}"
-        out[stage] = run_dvc_stage(stage, str(repo), force and is_index)
-    for stage in (f"evaluate@{model}", "report"):
-        out[stage] = run_dvc_stage(stage, str(repo))
-    publish_artifacts(repo)
+    with repo_lock(repo, orch["concurrency_limit_name"], orch["concurrency_wait_seconds"]):
+        for stage in stage_order(repo, [f"index@{model}"]):
+            is_index = stage == f"index@{model}"
+            out[stage] = run_dvc_stage(stage, str(repo), force and is_index, timeout_seconds=stage_timeout(orch, stage))
+        for stage in (f"evaluate@{model}", "report"):
+            out[stage] = run_dvc_stage(stage, str(repo), timeout_seconds=stage_timeout(orch, stage))
+        publish_artifacts(repo)
     return out

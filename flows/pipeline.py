@@ -16,6 +16,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
 from flows.dvc_tasks import run_dvc_stage, stage_order
+from flows.guard import confine_name, confine_repo, repo_lock
 from xmc.config import load_params, set_offline_env
 
 # every stage that trains or encodes with a neural encoder
@@ -42,8 +43,10 @@ def _gpu_deployment_ready(name: str) -> bool:
 def _run_on_gpu(stage: str, repo_dir: str, deployment: str, timeout: float) -> str:
     from prefect.deployments import run_deployment
 
-    run = run_deployment(deployment, parameters={"stage": stage, "repo_dir": repo_dir}, timeout=timeout,
-                         flow_run_name=f"stage-{stage}")
+    # this flow holds the repository slot; the stage flow runs inside it
+    run = run_deployment(deployment, parameters={"stage": stage, "repo_dir": repo_dir, "hold_repo_lock": False,
+                                                 "timeout_seconds": timeout},
+                         timeout=timeout + 600, flow_run_name=f"stage-{stage}")
     if not run.state or not run.state.is_completed():
         raise RuntimeError(f"stage {stage} on {deployment} ended {run.state.name if run.state else 'without state'}: "
                            f"{run.state.message if run.state else ''}")
@@ -53,27 +56,39 @@ def _run_on_gpu(stage: str, repo_dir: str, deployment: str, timeout: float) -> s
 @flow(name="xmc-pipeline", log_prints=True)
 def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
                  gpu_deployment: str | None = "xmc-stage/gpu") -> dict[str, Any]:
-    """Reproduce the DVC pipeline (or ``targets`` and their upstream), stage by stage."""
+    """Reproduce the DVC pipeline (or ``targets`` and their upstream), stage by stage, holding the
+    repository's concurrency slot (a second scheduled run waits for this one)."""
     logger = get_run_logger()
-    repo = Path(repo_dir).resolve()
-    orch = load_params(repo / "params.yaml").get("orchestration", {})
-    order = stage_order(repo, targets)
-    logger.info("stages in order: %s", order)
-    use_gpu = bool(gpu_deployment) and _gpu_deployment_ready(gpu_deployment)
-    logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else "none online; heavy stages run in-process")
-    timeout = float(orch.get("stage_timeout_seconds", 3600))
-    results: dict[str, Any] = {}
-    for stage in order:
-        if use_gpu and any(fnmatch.fnmatch(stage, p) for p in GPU_STAGE_PATTERNS):
-            results[stage] = _run_on_gpu(stage, str(repo), gpu_deployment, timeout)
-            continue
-        # validation failures are data problems: retrying cannot fix them
-        retries = 0 if stage == "validate" else int(orch.get("retries", 1))
-        t = run_dvc_stage.with_options(retries=retries, retry_delay_seconds=float(orch.get("retry_delay_seconds", 10)),
-                                       timeout_seconds=timeout)
-        results[stage] = t(stage, str(repo))
-    publish_artifacts(repo)
+    repo = confine_repo(repo_dir)
+    targets = [confine_name(t, "target") for t in (targets or [])] or None
+    if gpu_deployment:
+        confine_name(gpu_deployment.replace("/", "-"), "gpu_deployment")
+    orch = load_params(repo / "params.yaml")["orchestration"]
+    with repo_lock(repo, orch["concurrency_limit_name"], orch["concurrency_wait_seconds"]):
+        order = stage_order(repo, targets)
+        logger.info("stages in order: %s", order)
+        use_gpu = bool(gpu_deployment) and _gpu_deployment_ready(gpu_deployment)
+        logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else "none online; heavy stages run in-process")
+        results: dict[str, Any] = {}
+        for stage in order:
+            timeout = stage_timeout(orch, stage)
+            if use_gpu and any(fnmatch.fnmatch(stage, p) for p in GPU_STAGE_PATTERNS):
+                results[stage] = _run_on_gpu(stage, str(repo), gpu_deployment, timeout)
+                continue
+            # validation failures are data problems: retrying cannot fix them (nor any input error: exit code 2)
+            retries = 0 if stage == "validate" else int(orch["retries"])
+            t = run_dvc_stage.with_options(retries=retries, retry_delay_seconds=float(orch["retry_delay_seconds"]))
+            results[stage] = t(stage, str(repo), timeout_seconds=timeout)
+        publish_artifacts(repo)
     return results
+
+
+def stage_timeout(orch: dict[str, Any], stage: str) -> float:
+    """``orchestration.stage_timeouts`` (fnmatch patterns such as ``train@*``) or ``stage_timeout_seconds``."""
+    for pattern, seconds in orch.get("stage_timeouts", {}).items():
+        if fnmatch.fnmatch(stage, pattern):
+            return float(seconds)
+    return float(orch["stage_timeout_seconds"])
 
 
 def publish_artifacts(repo: Path) -> None:

@@ -1,8 +1,10 @@
-"""A real Prefect server and workers on 127.0.0.1 for tests: free port, bounded waits, stopped by PID."""
+"""A real Prefect server and workers on 127.0.0.1 for tests: free port, API auth on (as infra/local/start.sh),
+bounded waits, stopped by PID."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -25,13 +27,21 @@ class PrefectStack:
         self.home = home
         self.port = free_port()
         self.api = f"http://127.0.0.1:{self.port}/api"
+        self.auth = f"xmc:{secrets.token_urlsafe(16)}"
         self.procs: list[subprocess.Popen] = []
+
+    def settings(self) -> dict:
+        """For ``prefect.settings.temporary_settings`` in the test process."""
+        from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
+
+        return {PREFECT_API_URL: self.api, PREFECT_API_AUTH_STRING: self.auth}
 
     def env(self, **extra: str) -> dict[str, str]:
         e = dict(os.environ)
         e.update({"PREFECT_HOME": str(self.home), "PREFECT_API_URL": self.api,
                   "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "DO_NOT_TRACK": "1", "DVC_NO_ANALYTICS": "1",
                   "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PREFECT_LOGGING_LEVEL": "INFO",
+                  "PREFECT_SERVER_API_AUTH_STRING": self.auth, "PREFECT_API_AUTH_STRING": self.auth,
                   "PATH": f"{BIN}{os.pathsep}{e.get('PATH', '')}"})
         e.update(extra)
         return e

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.pipeline_repo import SEMCOR, env, make_repo, run, stages_run
+from xmc.train.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
@@ -69,7 +70,7 @@ def test_killed_training_resumes_from_last_checkpoint(repo):
         while time.time() < deadline and proc.poll() is None:
             if ckpt.exists():
                 try:
-                    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+                    state = load_checkpoint(ckpt)
                     step = state["step_in_epoch"]
                 except Exception:  # being replaced right now
                     step = 0

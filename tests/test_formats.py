@@ -346,7 +346,7 @@ def test_ingest_stage_on_malformed_data_writes_nothing(tmp_path: Path):
     out = tmp_path / "out"
     _write_params(tmp_path, data, out, "->")
     r = _run_ingest(tmp_path)
-    assert r.returncode == 1, r.stderr
+    assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("error:")

@@ -24,13 +24,13 @@ def _client_call(stack: PrefectStack, fn):
     import os
 
     from prefect.client.orchestration import get_client
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import temporary_settings
 
     async def run():
         async with get_client() as c:
             return await fn(c)
 
-    with temporary_settings({PREFECT_API_URL: stack.api}):
+    with temporary_settings(stack.settings()):
         os.environ.setdefault("PREFECT_HOME", str(stack.home))
         return asyncio.run(run())
 
@@ -56,6 +56,21 @@ def _flaky_stage(repo: Path) -> None:
     (repo / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
 
 
+def _slow_stages(repo: Path) -> None:
+    """``slow``: a stage that holds DVC's lock for a few seconds (two runs of it must not overlap);
+    ``sleepy``: a stage that records its PID and would run for two minutes (stopped by a timeout)."""
+    dvc = yaml.safe_load((repo / "dvc.yaml").read_text())
+    dvc["stages"]["slow"] = {
+        "cmd": "python -c \"import time,pathlib; t=time.time(); time.sleep(6); "
+               "pathlib.Path('slow.log').open('a').write(f'{t} {time.time()}\\n')\"",
+        "always_changed": True}
+    dvc["stages"]["sleepy"] = {
+        "cmd": "python -c \"import os,time,pathlib; pathlib.Path('sleepy.pid').write_text(str(os.getpid())); "
+               "time.sleep(120)\"",
+        "always_changed": True}
+    (repo / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     home = tmp_path_factory.mktemp("prefect_home")
@@ -70,6 +85,7 @@ def repo(tmp_path_factory):
     r = make_repo(tmp_path_factory.mktemp("orch"), trn_docs=2, tst_docs=1, extra_params={
         "methods": BASELINES_ONLY, "orchestration.retries": 1, "orchestration.retry_delay_seconds": 1})
     _flaky_stage(r)
+    _slow_stages(r)
     shutil.copytree(ROOT / "infra", r / "infra")
     return r
 
@@ -100,10 +116,10 @@ def test_pools_and_deployments_from_prefect_yaml(stack, deployed):
 
 def test_triggered_pipeline_run_completes_with_metrics_and_artifacts(stack, deployed):
     from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import temporary_settings
 
     t0 = time.time()
-    with temporary_settings({PREFECT_API_URL: stack.api}):
+    with temporary_settings(stack.settings()):
         fr = run_deployment("xmc-pipeline/nightly-retrain", parameters={"targets": ["report"]}, timeout=0)
     fr = wait_for_run(stack, fr.id, timeout=400)
     assert fr.state.is_completed(), fr.state.message
@@ -119,9 +135,9 @@ def test_triggered_pipeline_run_completes_with_metrics_and_artifacts(stack, depl
 def test_stage_failing_once_is_retried_and_run_completes(stack, deployed):
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import temporary_settings
 
-    with temporary_settings({PREFECT_API_URL: stack.api}):
+    with temporary_settings(stack.settings()):
         fr = run_deployment("xmc-pipeline/nightly-retrain", parameters={"targets": ["flaky"]}, timeout=0)
     fr = wait_for_run(stack, fr.id, timeout=300)
     assert fr.state.is_completed(), fr.state.message
@@ -158,10 +174,102 @@ def test_critical_validation_failure_fails_the_run_with_the_message(stack, deplo
     set_param(deployed, "data.dataset_dir", str(data))
     set_param(deployed, "data.subsample", {"trn": 0, "tst": 0, "unit": "documents", "labels": "all"})
     from prefect.deployments import run_deployment
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import temporary_settings
 
-    with temporary_settings({PREFECT_API_URL: stack.api}):
+    with temporary_settings(stack.settings()):
         fr = run_deployment("xmc-data-validation/data-validation", timeout=0)
     fr = wait_for_run(stack, fr.id, timeout=300)
     assert fr.state.is_failed()
     assert "data validation failed: trn: every training instance has at least one label (1 unexpected)" in fr.state.message
+
+
+def test_api_refuses_requests_without_the_password(stack):
+    import base64
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"{stack.api}/flows/filter", data=b"{}", method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 401
+    req.add_header("Authorization", "Basic " + base64.b64encode(stack.auth.encode()).decode())
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert r.status == 200
+
+
+def test_overlapping_scheduled_runs_queue_on_the_repository_slot(stack, deployed):
+    """Two runs scheduled for the same moment on one repository: the second waits for the first's slot
+    (it does not fail on DVC's lock), and both complete; their DVC stages never overlap."""
+    from datetime import datetime, timedelta, timezone
+
+    from prefect.states import Scheduled
+
+    dep = _client_call(stack, lambda c: c.read_deployment_by_name("xmc-pipeline/nightly-retrain"))
+    when = datetime.now(timezone.utc) + timedelta(seconds=5)
+    (deployed / "slow.log").unlink(missing_ok=True)
+    ids = [_client_call(stack, lambda c: c.create_flow_run_from_deployment(
+        dep.id, parameters={"targets": ["slow"]}, state=Scheduled(scheduled_time=when))).id for _ in range(2)]
+    runs = [wait_for_run(stack, i, timeout=300) for i in ids]
+    assert all(r.state.is_completed() for r in runs), [r.state.message for r in runs]
+    spans = sorted(tuple(map(float, line.split())) for line in (deployed / "slow.log").read_text().splitlines())
+    assert len(spans) == 2 and spans[1][0] >= spans[0][1], f"the two stage runs overlapped: {spans}"
+    starts = sorted(r.start_time for r in runs)
+    assert (starts[1] - starts[0]).total_seconds() < 5, "both runs should have started together and one waited"
+    print(f"overlapping runs: stage spans {spans}")
+
+
+def test_stage_timeout_stops_dvc_and_the_stage(stack, deployed, monkeypatch):
+    import os
+    import signal as _signal
+
+    from prefect.settings import temporary_settings
+
+    from flows.dvc_tasks import StageTimeout
+    from flows.stage import xmc_stage
+
+    monkeypatch.setenv("XMC_ALLOWED_REPOS", str(deployed))
+    (deployed / "sleepy.pid").unlink(missing_ok=True)
+    t0 = time.time()
+    with temporary_settings(stack.settings()), pytest.raises(StageTimeout, match="exceeded its timeout of 4 s"):
+        xmc_stage(stage="sleepy", repo_dir=str(deployed), timeout_seconds=4)
+    assert time.time() - t0 < 90
+    pid = int((deployed / "sleepy.pid").read_text())
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        os.kill(pid, _signal.SIGKILL)
+        pytest.fail("the timed-out stage is still running")
+
+
+def test_deployment_parameters_outside_the_allow_list_are_refused(stack, deployed, tmp_path):
+    from flows.guard import ParameterRefused, confine_name, confine_path, confine_repo
+
+    with pytest.raises(ParameterRefused, match="not an allowed repository"):
+        confine_repo(tmp_path)
+    with pytest.raises(ParameterRefused, match="outside the allowed paths"):
+        confine_path("/etc/passwd", deployed, ["batch"], "input_path")
+    with pytest.raises(ParameterRefused, match="outside the allowed paths"):
+        confine_path("batch/../params.yaml", deployed, ["batch"], "input_path")
+    (deployed / "batch").mkdir(exist_ok=True)
+    (deployed / "batch" / "link").symlink_to("/etc/passwd")
+    with pytest.raises(ParameterRefused, match="outside the allowed paths"):
+        confine_path("batch/link", deployed, ["batch"], "input_path")
+    assert confine_path("batch/in.txt", deployed, ["batch"], "input_path") == (deployed / "batch/in.txt").resolve()
+    with pytest.raises(ParameterRefused, match="not a valid name"):
+        confine_name("../../etc", "model")
+    # through the deployment: a batch prediction reading /etc/passwd fails without retry and writes nothing
+    from prefect.deployments import run_deployment
+    from prefect.settings import temporary_settings
+
+    with temporary_settings(stack.settings()):
+        fr = run_deployment("xmc-batch-predict/batch-predict", parameters={
+            "input_path": "/etc/passwd", "output_path": "batch/out.jsonl", "repo_dir": str(deployed)}, timeout=0)
+    fr = wait_for_run(stack, fr.id, timeout=200)
+    assert fr.state.is_failed() and "outside the allowed paths" in fr.state.message
+    assert not (deployed / "batch/out.jsonl").exists()

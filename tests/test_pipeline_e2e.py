@@ -85,7 +85,7 @@ def test_malformed_dataset_fails_ingest_with_one_line(tmp_path):
                             ["0:1.0", "7:1.0"], ["1:1.0"])
     repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0)
     p = run(["python", "-m", "stages.ingest"], repo, check=False)
-    assert p.returncode == 1
+    assert p.returncode == 2
     assert p.stderr.strip().splitlines() == [f"error: {data / 'trn_X_Y.txt'}:3: label id 7 out of range [0, 2)"]
     assert not (repo / "data/processed").exists()
     assert not list((repo / "data").glob(".*tmp*")) if (repo / "data").exists() else True

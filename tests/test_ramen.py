@@ -22,6 +22,7 @@ from xmc.methods.ramen import GraphAnchorSampler, RamenObjective, TripletLoss, a
 from xmc.models import DualEncoderModel
 from xmc.negatives import InBatchNegatives
 from xmc.train import Trainer, TrainConfig
+from xmc.train.checkpoint import load_checkpoint
 
 
 def small_bipartite(seed: int = 0, n: int = 7, m: int = 5) -> sp.csr_matrix:
@@ -257,7 +258,7 @@ def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
     tr.write_curves(tmp_path / "plots")
     assert "R_l_words" in (tmp_path / "plots" / "loss.csv").read_text().splitlines()[0]
     # pruned graphs are part of the checkpoint: a resumed sampler gets them back
-    state = torch.load(tmp_path / "w" / "checkpoint.pt", weights_only=False)["sampler"]
+    state = load_checkpoint(tmp_path / "w" / "checkpoint.pt")["sampler"]
     fresh = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels))
     fresh.load_state_dict(state)
     assert fresh.pruned_at == [1, 3]

@@ -145,10 +145,10 @@ def test_evaluate_ablation_destinations(eval_repo):
 
 def test_evaluate_missing_predictions_is_one_line_error(eval_repo):
     p = run_stage(eval_repo["repo"], "stages.evaluate", "nope", "--split", "val")
-    assert p.returncode == 1
+    assert p.returncode == 2
     assert p.stderr.strip().splitlines()[-1] == "error: predictions/nope/val_topk.npz: no predictions for method 'nope'"
     bad = run_stage(eval_repo["repo"], "stages.evaluate", "m", "--split", "dev")
-    assert bad.returncode == 1 and "invalid choice" in bad.stderr.strip().splitlines()[-1]
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr.strip().splitlines()[-1]
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -15,9 +15,9 @@ class DataFormatError(XMCError):
     def __init__(self, path: str | Path, line: int | None, message: str) -> None:
         self.path = str(path)
         self.line = line
-        self.message = message
+        self.message = " ".join(str(message).split())  # one line, whatever the underlying error printed
         where = f"{self.path}:{line}" if line is not None else self.path
-        super().__init__(f"{where}: {message}")
+        super().__init__(f"{where}: {self.message}")
 
 
 class ValidationFailed(XMCError):

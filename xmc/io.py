@@ -10,27 +10,205 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from xmc.errors import ConfigError
+
+_protected_inputs: set[Path] = set()
+
+
+def protect_inputs(*paths: str | Path | None) -> None:
+    """Declare input paths no output may be, contain or lie inside (the dataset directory, graph sources)."""
+    for p in paths:
+        if p:
+            _protected_inputs.add(Path(p).resolve())
+
+
+def _umask() -> int:
+    old = os.umask(0)
+    os.umask(old)
+    return old
+
+
+_fault_hits: dict[str, int] = {}
+
+
+def fault_point(name: str) -> None:
+    """Fault injection for the kill tests: ``XMC_KILL_AT=<name>[:<n>]`` kills the process with SIGKILL the
+    n-th time (default: first) it reaches this point."""
+    want = os.environ.get("XMC_KILL_AT")
+    if not want or not want.startswith(name):
+        return
+    target, _, nth = want.partition(":")
+    if target != name:
+        return
+    _fault_hits[name] = _fault_hits.get(name, 0) + 1
+    if _fault_hits[name] == int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@lru_cache(maxsize=8)
+def _declared_paths(repo: Path, mtime: float) -> tuple[frozenset[Path], tuple[tuple[Path, str], ...]]:
+    """(external inputs, (out, stage) pairs) declared in ``repo/dvc.yaml``, ``${...}`` resolved from params.yaml and foreach keys.
+
+    Only what can be resolved cheaply is kept: paths with unresolved templates are dropped."""
+    import yaml
+
+    try:
+        stages = (yaml.safe_load((repo / "dvc.yaml").read_text(encoding="utf-8")) or {}).get("stages") or {}
+        params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return frozenset(), ()
+
+    def lookup(expr: str) -> Any:
+        node: Any = params
+        for part in expr.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return None
+            node = node[part]
+        return node
+
+    def resolve(text: str, key: str | None) -> str | None:
+        def sub(m: re.Match) -> str:
+            expr = m.group(1).strip()
+            v = key if expr in ("key", "item") else lookup(expr)
+            if v is None or isinstance(v, dict | list):
+                raise KeyError(expr)
+            return str(v)
+        try:
+            return re.sub(r"\$\{([^}]*)\}", sub, text)
+        except KeyError:
+            return None
+
+    deps: set[Path] = set()
+    outs: set[tuple[Path, str]] = set()
+    for name, st in stages.items():
+        if not isinstance(st, dict):
+            continue
+        body, keys = st, [None]
+        if "foreach" in st:
+            fe = st["foreach"]
+            fe = lookup(fe[2:-1]) if isinstance(fe, str) and fe.startswith("${") else fe
+            keys = list(fe) if isinstance(fe, dict | list) else []
+            body = st.get("do") or {}
+        for key in keys:
+            for field in ("deps", "outs", "metrics", "plots"):
+                for entry in body.get(field) or []:
+                    raw = next(iter(entry)) if isinstance(entry, dict) else entry
+                    if isinstance(raw, str) and (r := resolve(raw, None if key is None else str(key))):
+                        p = (repo / r).resolve()
+                        if field == "deps":
+                            deps.add(p)
+                        else:
+                            outs.add((p, f"{name}@{key}" if key is not None else name))
+    # an external input: a dep no stage writes (not an output, not inside one, not a folder of outputs)
+    out_strs = sorted({str(o) for o, _ in outs})
+    inputs = frozenset(d for d in deps if not any(_str_within(str(d), o) or _str_within(o, str(d)) for o in out_strs))
+    return inputs, tuple(sorted(outs))
+
+
+def _str_within(a: str, b: str) -> bool:
+    return a == b or a.startswith(b.rstrip("/") + "/")
+
+
+def _is_within(a: Path, b: Path) -> bool:
+    """a == b or a lies inside b."""
+    return a == b or b in a.parents
+
+
+def check_output_path(path: str | Path) -> Path:
+    """Refuse an output path that would overwrite or swallow something it must not (before anything is deleted):
+    the repository root or an ancestor of it, a directory holding a repository, a declared input (or a path
+    containing one or inside one), or a directory that holds other declared outputs."""
+    target = Path(path).resolve()
+    repo = Path.cwd().resolve()
+    why = None
+    if target == Path(target.anchor) or target == Path.home().resolve() or _is_within(repo, target):
+        why = "it is the repository root, or contains it"
+    elif target.is_dir() and any((target / m).exists() for m in (".git", "dvc.yaml", ".dvc")):
+        why = "it holds a repository"
+    else:
+        deps: frozenset[Path] = frozenset()
+        outs: tuple[tuple[Path, str], ...] = ()
+        if (repo / "dvc.yaml").is_file():
+            deps, outs = _declared_paths(repo, (repo / "dvc.yaml").stat().st_mtime)
+        inputs = set(deps) | _protected_inputs
+        hit = next((i for i in sorted(inputs) if _is_within(target, i) or _is_within(i, target)), None)
+        if hit is not None:
+            why = f"it is, contains or lies inside the input {hit}"
+        else:
+            # a folder holding the outputs of several stages (data/, models/): replacing it deletes theirs
+            t = str(target)
+            inner = sorted({st for o, st in outs if str(o) != t and _str_within(str(o), t)})
+            if len(inner) > 1:
+                why = f"it holds the outputs of other stages ({', '.join(inner[:3])}{', ...' if len(inner) > 3 else ''})"
+    if why:
+        raise ConfigError(f"{path}: refusing to write an output here: {why} (check the output paths in params.yaml)")
+    return target
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this PID exists (one we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _recover_interrupted(path: Path) -> None:
+    """Clean up after a writer that was killed: remove its temporaries; if it died between its two renames
+    (the old output moved aside, the new one not yet in place), put the old output back."""
+    parent = path.parent
+    if not parent.is_dir():
+        return
+    pat = re.compile(rf"^\.{re.escape(path.name)}\.(tmp|old)-(\d+)-")
+    for entry in sorted(parent.iterdir()):
+        m = pat.match(entry.name)
+        if not m or pid_alive(int(m.group(2))):
+            continue
+        if m.group(1) == "old" and not path.exists() and not path.is_symlink():
+            os.replace(entry, path)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                entry.unlink()
 
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary directory that replaces ``path`` only if the block succeeds."""
+    """Yield a temporary directory that replaces ``path`` only if the block succeeds.
+
+    The path is checked first (:func:`check_output_path`); leftovers of a killed earlier writer are cleaned
+    up; the directory gets the umask's permissions like any ``mkdir``."""
     path = Path(path)
+    check_output_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    _recover_interrupted(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{path}: refusing to replace a file with a directory")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    fault_point("atomic_dir.before_replace")
     if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        old = path.with_name(f".{path.name}.old-{os.getpid()}-x")
         os.replace(path, old)
+        fault_point("atomic_dir.between_renames")
         os.replace(tmp, path)
         shutil.rmtree(old, ignore_errors=True)
     else:
@@ -39,15 +217,21 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
 
 @contextlib.contextmanager
 def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[Any]:
-    """Open a temporary file that replaces ``path`` only if the block succeeds."""
+    """Open a temporary file that replaces ``path`` only if the block succeeds (umask permissions)."""
     path = Path(path)
+    check_output_path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: refusing to replace a directory with a file")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    _recover_interrupted(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent)
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())
     try:
         kwargs = {} if "b" in mode else {"encoding": encoding}
         with open(tmp, mode, **kwargs) as fh:
             yield fh
+        fault_point("atomic_file.before_replace")
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -105,3 +289,39 @@ def save_csr(path: str | Path, matrix: Any) -> None:
     m.sort_indices()
     save_npz_deterministic(path, indices=m.indices, indptr=m.indptr, format=np.array(b"csr"),
                            shape=np.array(m.shape), data=m.data)
+
+
+def load_tensors(path: str | Path, map_location: str = "cpu") -> Any:
+    """A saved state dict (tensors and plain data) with ``weights_only=True``; a corrupt, truncated or
+    pickled-object file is a one-line :class:`~xmc.errors.DataFormatError`, never code that runs."""
+    import torch
+
+    from xmc.errors import DataFormatError
+
+    path = Path(path)
+    if not path.is_file():
+        raise DataFormatError(path, None, "missing from the model folder")
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # noqa: BLE001 - unpickling refusals, zip errors, truncation
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+        raise DataFormatError(path, None, f"not a tensor file this package can load safely ({first})") from None
+
+
+def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
+    """JSON from ``path`` with a one-line error naming the file (and line) when it is missing or malformed."""
+    from xmc.errors import DataFormatError
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise DataFormatError(path, None, f"missing ({what})") from None
+    except (IsADirectoryError, UnicodeDecodeError) as e:
+        raise DataFormatError(path, None, f"not {what} ({type(e).__name__})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise DataFormatError(path, e.lineno, f"malformed JSON ({e.msg}); not {what}") from None
+    except (RecursionError, ValueError) as e:
+        raise DataFormatError(path, None, f"not {what} ({type(e).__name__})") from None

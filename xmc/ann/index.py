@@ -120,8 +120,18 @@ class ANNIndex:
         path = Path(path)
         if not (path / "index.faiss").exists():
             raise ConfigError(f"{path / 'index.faiss'}: index not found")
-        obj = cls(**json.loads((path / "index.json").read_text()), use_gpu=use_gpu)
-        index = faiss.read_index(str(path / "index.faiss"))
+        from xmc.errors import DataFormatError
+
+        try:
+            settings = json.loads((path / "index.json").read_text(encoding="utf-8"))
+            obj = cls(**settings, use_gpu=use_gpu)
+        except (OSError, ValueError, TypeError) as e:
+            raise DataFormatError(path / "index.json", None, f"not an index description ({str(e)[:120]})") from None
+        try:
+            index = faiss.read_index(str(path / "index.faiss"))
+        except RuntimeError as e:  # faiss reports a truncated or foreign file as a RuntimeError
+            first = str(e).strip().splitlines()[-1][:160] if str(e).strip() else "unreadable"
+            raise DataFormatError(path / "index.faiss", None, f"not a faiss index ({first}); rerun the index stage") from None
         if (use_gpu is True or (use_gpu == "auto" and gpu_available())) and obj.kind != "hnsw":
             obj._res = faiss.StandardGpuResources()
             index = faiss.index_cpu_to_gpu(obj._res, 0, index)

@@ -137,13 +137,20 @@ def save_processed(ds: XMCDataset, out_dir: str | Path) -> dict[str, Any]:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """A processed JSON-lines file: one object with a string ``uid`` and ``text`` per line."""
+    from xmc.data.formats import _iter_decoded_lines
+
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, i, f"invalid JSON: {e.msg}") from None
+    for i, line in _iter_decoded_lines(path):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(path, i, f"invalid JSON: {e.msg}") from None
+        except (RecursionError, ValueError) as e:
+            raise DataFormatError(path, i, f"invalid JSON ({type(e).__name__})") from None
+        if not isinstance(row, dict) or not isinstance(row.get("uid"), str) or not isinstance(row.get("text"), str):
+            raise DataFormatError(path, i, "expected an object with string 'uid' and 'text' (rerun the ingest stage)")
+        rows.append(row)
     return rows
 
 
@@ -169,6 +176,8 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> XMCD
     for name in splits:
         rows = _read_jsonl(in_dir / f"{name}.jsonl")
         Y = _load_csr(in_dir / f"{name}_Y.npz")
+        if Y.shape[0] != len(rows):
+            raise DataFormatError(in_dir / f"{name}_Y.npz", None, f"{Y.shape[0]} rows but {name}.jsonl has {len(rows)} lines")
         groups = [r.get("group") for r in rows]
         try:
             loaded[name] = Split(
@@ -199,10 +208,19 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> XMCD
 
 
 def _load_csr(path: Path) -> sp.csr_matrix:
+    import zipfile
+    import zlib
+
+    from xmc.data.formats import check_regular_file
+
+    check_regular_file(path)
     try:
-        return sp.load_npz(path).tocsr()
-    except (OSError, ValueError, KeyError) as e:
-        raise DataFormatError(path, None, f"not a sparse label matrix ({e})") from None
+        Y = sp.load_npz(path).tocsr()
+        Y.check_format(full_check=True)
+        return Y
+    except (OSError, ValueError, KeyError, TypeError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:120]
+        raise DataFormatError(path, None, f"not a sparse label matrix ({first}); rerun the stage that wrote it") from None
 
 
 def split_validation(ds: XMCDataset, fraction: float, seed: int = 0) -> XMCDataset:

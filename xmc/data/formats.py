@@ -22,6 +22,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import stat
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,27 +40,57 @@ TEXT_NAMES = {"trn": ("trn.raw.txt", "trn_X.txt"), "val": ("val.raw.txt", "val_X
 JSON_NAMES = {s: (f"{s}.json", f"{s}.json.gz") for s in ("trn", "val", "tst", "lbl")}
 
 
-def _iter_decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, text without newline); strict UTF-8, gzip by suffix."""
-    opener = gzip.open if path.suffix == ".gz" else open
+def max_line_bytes() -> int:
+    """Longest input line accepted (``XMC_MAX_LINE_BYTES``, default 4 MiB): a bound on memory per record."""
+    return int(os.environ.get("XMC_MAX_LINE_BYTES", 4 << 20))
+
+
+def max_input_bytes() -> int:
+    """Most (decompressed) bytes read from one input file (``XMC_MAX_INPUT_BYTES``, default 64 GiB)."""
+    return int(os.environ.get("XMC_MAX_INPUT_BYTES", 64 << 30))
+
+
+def check_regular_file(path: Path) -> None:
+    """An input must be a regular file: not a directory, a device (``/dev/zero``), a FIFO or a socket."""
     try:
-        fh = opener(path, "rb")
+        st = path.stat()
     except FileNotFoundError:
         raise DataFormatError(path, None, "file not found") from None
-    with fh:
-        n = 0
-        raw_lines = enumerate(fh, 1)
+    if stat.S_ISDIR(st.st_mode):
+        raise DataFormatError(path, None, "is a directory, expected a file")
+    if not stat.S_ISREG(st.st_mode):
+        raise DataFormatError(path, None, "not a regular file (a device, FIFO or socket)")
+
+
+def _iter_decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text without newline); strict UTF-8, gzip by suffix.
+
+    Lines longer than :func:`max_line_bytes` and files that expand beyond :func:`max_input_bytes` are
+    refused (a small gzip can expand to one line of gigabytes)."""
+    check_regular_file(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    limit, total_limit = max_line_bytes(), max_input_bytes()
+    with opener(path, "rb") as fh:
+        n, total = 0, 0
         while True:
             try:
-                n, raw = next(raw_lines)
-            except StopIteration:
-                break
-            except (OSError, EOFError) as e:  # corrupt or truncated gzip
+                raw = fh.readline(limit + 1)
+            except (OSError, EOFError, zlib.error) as e:  # corrupt or truncated gzip
                 raise DataFormatError(path, n + 1, f"unreadable compressed data ({e})") from None
+            if not raw:
+                break
+            n += 1
+            total += len(raw)
+            if len(raw) > limit and not raw.endswith(b"\n"):
+                raise DataFormatError(path, n, f"line longer than {limit} bytes (XMC_MAX_LINE_BYTES)")
+            if total > total_limit:
+                raise DataFormatError(path, n, f"more than {total_limit} bytes (XMC_MAX_INPUT_BYTES)")
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
                 raise DataFormatError(path, n, f"not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})") from None
+            if "\x00" in line:
+                raise DataFormatError(path, n, "NUL byte in text (a binary file?)")
             yield n, line.rstrip("\r\n")
         if n == 0:
             raise DataFormatError(path, None, "empty file")
@@ -93,7 +126,7 @@ def read_sparse_labels(path: str | Path, n_labels: int | None = None) -> sp.csr_
     lines = _iter_decoded_lines(path)
     _, header = next(lines)
     parts = header.split()
-    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+    if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 12 for p in parts):
         raise DataFormatError(path, 1, f"bad header {header[:60]!r}: expected 'n_rows n_labels'")
     n_rows, n_cols = int(parts[0]), int(parts[1])
     if n_labels is not None and n_cols != n_labels:
@@ -108,6 +141,8 @@ def read_sparse_labels(path: str | Path, n_labels: int | None = None) -> sp.csr_
             continue
         for tok in line.split():
             lid_s, _, val_s = tok.partition(":")
+            if not (lid_s.isascii() and len(lid_s) <= 12):
+                raise DataFormatError(path, n, f"bad token {tok[:40]!r}: expected 'label_id:value'")
             try:
                 lid = int(lid_s)
                 if val_s:
@@ -135,7 +170,8 @@ def read_filter_pairs(path: str | Path, n_rows: int, n_labels: int) -> sp.csr_ma
         if not line.strip():
             continue
         parts = line.split()
-        if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+        if len(parts) != 2 or not all(p.lstrip("-").isascii() and p.lstrip("-").isdigit() and len(p) <= 12
+                                      for p in parts):
             raise DataFormatError(path, n, f"expected 'test_row label_id', got {line[:60]!r}")
         r, c = int(parts[0]), int(parts[1])
         if not 0 <= r < n_rows:
@@ -161,6 +197,10 @@ def read_json_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
             rec = json.loads(line)
         except json.JSONDecodeError as e:
             raise DataFormatError(path, n, f"invalid JSON ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise DataFormatError(path, n, "JSON nested too deeply") from None
+        except ValueError as e:  # e.g. an integer with thousands of digits
+            raise DataFormatError(path, n, f"invalid JSON value ({str(e)[:80]})") from None
         if not isinstance(rec, dict):
             raise DataFormatError(path, n, "expected a JSON object")
         out.append((n, rec))

@@ -89,5 +89,10 @@ def load_encoder(path: str | Path) -> TextEncoder:
     cfg_path = path / "xmc_encoder.json"
     if not cfg_path.exists():
         raise ConfigError(f"{cfg_path}: not a saved encoder folder (missing xmc_encoder.json)")
-    kind = json.loads(cfg_path.read_text())["kind"]
+    from xmc.io import read_json_file
+
+    cfg = read_json_file(cfg_path, "an encoder description")
+    kind = cfg.get("kind") if isinstance(cfg, dict) else None
+    if kind not in ("transformer", "bow"):
+        raise ConfigError(f"{cfg_path}: unknown encoder kind {kind!r} (expected transformer or bow)")
     return {"transformer": TransformerEncoder, "bow": HashedBagOfWordsEncoder}[kind].load(path)

@@ -18,6 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmc.encoders.base import SIDES, TextEncoder
+from xmc.errors import DataFormatError
+from xmc.io import load_tensors, read_json_file
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -83,7 +85,11 @@ class HashedBagOfWordsEncoder(TextEncoder):
     @classmethod
     def load(cls, path: str | Path) -> HashedBagOfWordsEncoder:
         path = Path(path)
-        cfg = json.loads((path / "xmc_encoder.json").read_text())
-        enc = cls(dim=cfg["dim"], n_buckets=cfg["n_buckets"], ngram_max=cfg["ngram_max"], tied=cfg["tied"])
-        enc.load_state_dict(torch.load(path / "bow_encoder.pt", map_location="cpu"))
+        cfg = read_json_file(path / "xmc_encoder.json", "an encoder description")
+        try:
+            enc = cls(dim=int(cfg["dim"]), n_buckets=int(cfg["n_buckets"]), ngram_max=int(cfg["ngram_max"]),
+                      tied=bool(cfg["tied"]))
+            enc.load_state_dict(load_tensors(path / "bow_encoder.pt"))
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise DataFormatError(path / "bow_encoder.pt", None, f"does not match xmc_encoder.json ({str(e)[:120]})") from None
         return enc

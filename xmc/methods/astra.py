@@ -38,6 +38,7 @@ from torch import nn
 from xmc.ann import ANNIndex
 from xmc.encoders import TextEncoder, load_encoder
 from xmc.errors import ConfigError
+from xmc.io import load_tensors
 from xmc.negatives.base import CandidateBatch, NegativeSampler
 from xmc.train.objective import Objective
 
@@ -122,7 +123,7 @@ class ASTRAModel(nn.Module):
         if cfg["n_labels"] != len(label_texts):
             raise ConfigError(f"{path}: model has {cfg['n_labels']} labels, the data {len(label_texts)}")
         model = cls(load_encoder(path / "encoder"), label_texts)
-        model.W.weight.data.copy_(torch.load(path / "astra_classifiers.pt", map_location="cpu")["W"])
+        model.W.weight.data.copy_(load_tensors(path / "astra_classifiers.pt")["W"])
         return model.eval()
 
 

@@ -31,6 +31,7 @@ from torch import nn
 from xmc.ann import ANNIndex
 from xmc.encoders import TextEncoder, load_encoder
 from xmc.errors import ConfigError
+from xmc.io import load_tensors
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.negatives.base import CandidateBatch, pool_batch
 from xmc.negatives.samplers import HardNegativeShortlist
@@ -191,7 +192,7 @@ class UniDECModel(nn.Module):
             raise ConfigError(f"{path}: model has {cfg['n_labels']} labels, the data {len(label_texts)}")
         model = cls(load_encoder(path / "encoder"), label_texts, dim=cfg["dim"], dropout=cfg["dropout"], space=space,
                     dropout_clf=cfg.get("dropout_clf"))
-        st = torch.load(path / "unidec_heads.pt", map_location="cpu")
+        st = load_tensors(path / "unidec_heads.pt")
         model.g1.load_state_dict(st["g1"])
         model.g2.load_state_dict(st["g2"])
         model.psi.weight.data.copy_(st["psi"])

@@ -15,7 +15,6 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -28,6 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from xmc.negatives.base import CandidateBatch, NegativeSampler
+from xmc.train.checkpoint import clean_stale_temporaries, load_checkpoint, save_checkpoint
 from xmc.train.objective import Objective, RetrievalObjective
 
 log = logging.getLogger(__name__)
@@ -154,14 +154,13 @@ class Trainer:
             "sampler": self.sampler.state_dict(), "objective": self.objective.state_dict(), "history": self.history,
             "torch_rng": torch.get_rng_state(),
         }
-        tmp = self.ckpt_path.with_suffix(".tmp")
-        torch.save(state, tmp)
-        os.replace(tmp, self.ckpt_path)
+        save_checkpoint(state, self.ckpt_path)
 
     def try_resume(self) -> bool:
+        clean_stale_temporaries(self.ckpt_path)
         if not self.ckpt_path.exists():
             return False
-        state = torch.load(self.ckpt_path, map_location=self.device, weights_only=False)
+        state = load_checkpoint(self.ckpt_path, map_location=self.device)
         if state.get("fingerprint") != self.fingerprint:
             log.info("checkpoint %s is from other settings; starting afresh", self.ckpt_path)
             return False

@@ -1,0 +1,193 @@
+"""Parameters, logging and the offline environment shared by every entry point."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xmc.errors import ConfigError, XMCError
+
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "DO_NOT_TRACK": "1",
+    "DVC_NO_ANALYTICS": "1",
+    "GX_ANALYTICS_ENABLED": "False",
+    "TOKENIZERS_PARALLELISM": "false",
+}
+
+
+def set_offline_env() -> None:
+    """No network at run time: hubs offline, telemetry off (called by entry points, not on import)."""
+    for k, v in OFFLINE_ENV.items():
+        os.environ.setdefault(k, v)
+
+
+MAX_PARAMS_BYTES = 4 << 20
+
+
+def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """``params.yaml`` checked against :mod:`xmc.config.schema`: typed, ranges checked, defaults filled.
+
+    Every problem is reported, one line each: ``params.yaml:<line>: <key path>: <problem>``.
+    """
+    from xmc.config.schema import DuplicateKey, ParamsError, line_of, validate_params, yaml_key_lines
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: params file not found (run from the repository root)")
+    if p.stat().st_size > MAX_PARAMS_BYTES:
+        raise ConfigError(f"{p}: {p.stat().st_size} bytes; a params file over {MAX_PARAMS_BYTES >> 20} MiB is refused")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})") from None
+    try:
+        raw = yaml.safe_load(text)
+        lines = yaml_key_lines(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+    except DuplicateKey as e:
+        raise ConfigError(f"{p}:{e.line}: {e}") from None
+    except RecursionError:
+        raise ConfigError(f"{p}: nested too deeply") from None
+    try:
+        params = validate_params(raw)
+    except ParamsError as e:
+        msgs = []
+        for loc, msg in e.problems:
+            line = line_of(lines, loc)
+            key = ".".join(str(x) for x in loc) or "(top level)"
+            msgs.append(f"{p}:{line}: {key}: {msg}" if line else f"{p}: {key}: {msg}")
+        raise ConfigError("\n".join(msgs)) from None
+    # no stage may write into, over or around its source data
+    from xmc.io import protect_inputs
+
+    graph = params["ramen"]["graph"]
+    protect_inputs(params["data"]["dataset_dir"], graph["wordnet_dir"], graph["source_dir"])
+    return params
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format='{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "message": "%(message)s"}',
+        stream=sys.stderr,
+    )
+    # third-party chatter that says nothing to a person reading a stage's log
+    for name in ("great_expectations._docs_decorators", "faiss.loader", "httpx"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+# Exit codes a scheduler can act on: an input error is deterministic (a retry gives the same error),
+# a resource or environment error may pass.
+EXIT_INPUT_ERROR = 2
+EXIT_RESOURCE_ERROR = 3
+EXIT_INTERRUPTED = 130
+
+
+def describe_error(e: BaseException) -> tuple[str, int]:
+    """(one line for a person, exit code) for any exception a stage can raise."""
+    import errno
+    import json
+    import zipfile
+    import zlib
+
+    def one_line(s: str) -> str:
+        s = " ".join(str(s).split())
+        return s if len(s) <= 500 else s[:497] + "..."
+
+    if isinstance(e, XMCError):
+        return one_line(str(e)) if "\n" not in str(e) else str(e), EXIT_INPUT_ERROR
+    if isinstance(e, MemoryError):
+        return "out of memory (lower batch sizes, index.encode_batch_size or the data size)", EXIT_RESOURCE_ERROR
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted", EXIT_INTERRUPTED
+    if isinstance(e, OSError):
+        where = e.filename if e.filename is not None else ""
+        what = e.strerror or type(e).__name__
+        resource = e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.ENOMEM, errno.EMFILE, errno.EAGAIN)
+        return one_line(f"{where}: {what}" if where else what), EXIT_RESOURCE_ERROR if resource else EXIT_INPUT_ERROR
+    if isinstance(e, UnicodeDecodeError):
+        return one_line(f"not UTF-8 text ({e.reason} at byte {e.start})"), EXIT_INPUT_ERROR
+    if isinstance(e, json.JSONDecodeError):
+        return one_line(f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}"), EXIT_INPUT_ERROR
+    if isinstance(e, (zipfile.BadZipFile, zlib.error, EOFError)):
+        return one_line(f"a corrupt or truncated archive ({type(e).__name__}: {e}); rerun the stage that wrote it"), \
+            EXIT_INPUT_ERROR
+    if isinstance(e, RecursionError):
+        return "input nested too deeply", EXIT_INPUT_ERROR
+    text = str(e)
+    if isinstance(e, RuntimeError) and ("out of memory" in text.lower() or "CUDA error" in text):
+        return one_line(text.splitlines()[0] if text else "device error"), EXIT_RESOURCE_ERROR
+    return one_line(f"{type(e).__name__}: {text}" if text else type(e).__name__) + \
+        " (set XMC_DEBUG=1 or pass --debug for the traceback)", 1
+
+
+def _watch_parent() -> None:
+    """Under ``dvc repro`` (``DVC_STAGE`` set): stop when dvc dies. A ``kill -9`` of dvc would otherwise leave
+    this stage running as an orphan next to the writer a rerun starts. Outputs are atomic, so stopping
+    here leaves only temporaries, which the next run removes."""
+    import threading
+
+    def parent_chain() -> list[int]:
+        chain = [os.getppid()]
+        try:  # dvc runs the command through $SHELL -c; if the shell did not exec, watch dvc behind it
+            comm = Path(f"/proc/{chain[0]}/comm").read_text().strip()
+            if comm in ("sh", "bash", "dash", "zsh", "ksh"):
+                stat = Path(f"/proc/{chain[0]}/stat").read_text()
+                chain.append(int(stat.rsplit(")", 1)[1].split()[1]))
+        except (OSError, ValueError, IndexError):
+            pass
+        return chain
+
+    from xmc.io import pid_alive
+
+    watched = parent_chain()
+
+    def loop() -> None:
+        import signal
+        import time
+
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != watched[0] or not all(pid_alive(p) for p in watched):
+                print("error: the dvc process running this stage is gone: stopping", file=sys.stderr, flush=True)
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    threading.Thread(target=loop, name="xmc-parent-watch", daemon=True).start()
+
+
+def run_entry_point(main: Callable[[], None]) -> None:
+    """Run a stage's main: any failure becomes one line on stderr (``error: ...``) and an exit code that says
+    whether retrying can help (2: input, 3: resource, 1: other). ``--debug`` or ``XMC_DEBUG=1`` re-raises."""
+    set_offline_env()
+    setup_logging(os.environ.get("XMC_LOG_LEVEL", "INFO"))
+    debug = os.environ.get("XMC_DEBUG", "") not in ("", "0") or "--debug" in sys.argv
+    if "--debug" in sys.argv:
+        sys.argv.remove("--debug")
+    if os.environ.get("DVC_STAGE") and sys.platform.startswith("linux"):
+        _watch_parent()
+    try:
+        main()
+    except SystemExit:
+        raise
+    except BaseException as e:  # noqa: BLE001 - every failure is reported as one line
+        if debug:
+            raise
+        msg, code = describe_error(e)
+        for line in msg.splitlines():
+            print(f"error: {line}", file=sys.stderr)
+        sys.exit(code)

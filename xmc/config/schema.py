@@ -1,0 +1,851 @@
+"""The typed schema of ``params.yaml``: every key, its type, its range and its default.
+
+:func:`validate_params` checks a loaded ``params.yaml`` against it and returns the same tree with
+values coerced to their types and every missing key filled with its default, so the code reads
+``cfg["key"]`` and the defaults live here only. Run overrides (``runs.<name>``,
+``ramen.runs.<name>`` ...) stay partial (they are merged onto their defaults by the stages) but are
+checked merged, so a misspelt key in a run is caught like one in a defaults section.
+
+Errors are :class:`~xmc.errors.ConfigError` with one line each: ``params.yaml:<line>: <key path>:
+<problem>``, with a did-you-mean for unknown keys.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import re
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
+
+PosInt = Annotated[int, Field(gt=0)]
+NonNegInt = Annotated[int, Field(ge=0)]
+PosFloat = Annotated[float, Field(gt=0)]
+NonNegFloat = Annotated[float, Field(ge=0)]
+Prob = Annotated[float, Field(ge=0, le=1)]
+DropoutP = Annotated[float, Field(ge=0, lt=1)]
+Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
+IndexKind = Literal["exact", "hnsw", "ivf"]
+SPLIT_WORDS = ("val", "tst")
+METRIC_RE = re.compile(r"^(P|nDCG|PSP|PSnDCG|R)@[1-9][0-9]*$")
+
+
+class Section(BaseModel):
+    """Unknown keys are errors; values are coerced where lossless (``"5e-2"`` -> 0.05), refused otherwise.
+
+    Fields named in ``OPTIONAL`` are left out of the dump when unset (None): they are keyword arguments whose
+    default belongs to the component that takes them (a loss's own hyperparameters, an index's knobs)."""
+
+    model_config = ConfigDict(extra="forbid", validate_default=True, validate_assignment=False)
+    OPTIONAL: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _drop_unset_optionals(self, handler: Any) -> dict[str, Any]:
+        out = handler(self)
+        return {k: v for k, v in out.items() if not (k in self.OPTIONAL and v is None)}
+
+
+# ------------------------------------------------------------------------------------------------
+# data, validation, TF-IDF, evaluation
+class ValidationSplit(Section):
+    use_shipped: bool = True
+    fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    seed: Seed = 0
+
+
+class Subsample(Section):
+    trn: NonNegInt = 0
+    tst: NonNegInt = 0
+    unit: Literal["documents", "instances"] = "documents"
+    labels: Literal["all", "used"] = "all"
+
+
+class DataConfig(Section):
+    dataset_dir: str
+    layout: Literal["auto", "xc_raw", "jsonl"] = "auto"
+    uid_separator: str | None = None
+    text_fields: Annotated[list[str], Field(min_length=1)] = ["title", "content"]
+    processed_dir: str = "data/processed"
+    validation: ValidationSplit = ValidationSplit()
+    subsample: Subsample = Subsample()
+
+    @field_validator("dataset_dir", "processed_dir")
+    @classmethod
+    def _non_empty(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("must be a non-empty path")
+        return v
+
+    @field_validator("uid_separator")
+    @classmethod
+    def _separator(cls, v: str | None) -> str | None:
+        if v is not None and (v == "" or "\n" in v):
+            raise ValueError("must be a non-empty string without a newline, or null")
+        return v
+
+
+class ValidateConfig(Section):
+    report_dir: str = "reports/validation"
+    max_text_chars: PosInt = 2000
+    max_label_chars: PosInt = 4000
+    head_min_freq: PosInt = 100
+    tail_max_freq: PosInt = 5
+
+    @model_validator(mode="after")
+    def _buckets(self) -> ValidateConfig:
+        if self.tail_max_freq >= self.head_min_freq:
+            raise ValueError(f"tail_max_freq ({self.tail_max_freq}) must be below head_min_freq ({self.head_min_freq})")
+        return self
+
+
+class TfidfConfig(Section):
+    OPTIONAL = frozenset({"stop_words", "token_pattern"})
+    ngram_max: Annotated[int, Field(ge=1, le=5)] = 2
+    min_df: PosInt = 1
+    max_df: Annotated[float, Field(gt=0, le=1)] = 1.0
+    max_features: PosInt | None = None
+    sublinear_tf: bool = True
+    stop_words: Any = None   # null | "english" | a list of words
+
+    @field_validator("stop_words")
+    @classmethod
+    def _stop_words(cls, v: Any) -> Any:
+        if v is None or v == "english" or (isinstance(v, list) and all(isinstance(w, str) for w in v)):
+            return v
+        raise ValueError(f"must be null, 'english' or a list of words (got {v!r})")
+    token_pattern: str | None = None   # None: scikit-learn's default, words of 2+ characters
+
+    @field_validator("token_pattern")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"not a regular expression ({e})") from None
+        return v
+
+
+class TfidfKnnConfig(Section):
+    n_neighbors: PosInt = 10
+    power: NonNegFloat = 1.0
+
+
+class BootstrapConfig(Section):
+    n_resamples: Annotated[int, Field(ge=10, le=1_000_000)] = 1000
+    seed: Seed = 0
+    level: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+
+
+class EvaluateConfig(Section):
+    top_k: Annotated[int, Field(gt=0, le=10_000)] = 100
+    ks: Annotated[list[PosInt], Field(min_length=1)] = [1, 3, 5]
+    recall_ks: list[PosInt] = [10, 100]
+    propensity_a: PosFloat = 0.55
+    propensity_b: PosFloat = 1.5
+    bootstrap: BootstrapConfig = BootstrapConfig()
+
+    @model_validator(mode="after")
+    def _within_top_k(self) -> EvaluateConfig:
+        for name in ("ks", "recall_ks"):
+            big = [k for k in getattr(self, name) if k > self.top_k]
+            if big:
+                raise ValueError(f"{name} {big} exceed top_k ({self.top_k}): predictions hold only top_k labels")
+        return self
+
+
+# ------------------------------------------------------------------------------------------------
+# the shared parts of every trained method
+class EncoderConfig(Section):
+    """One record for both encoder kinds: a run may switch ``kind`` and keep the other kind's keys."""
+
+    kind: Literal["transformer", "bow"] = "transformer"
+    # transformer
+    model_dir: str | None = None
+    pooling: Literal["mean", "cls"] = "mean"
+    max_len_query: Annotated[int, Field(gt=0, le=8192)] = 32
+    max_len_label: Annotated[int, Field(gt=0, le=8192)] = 32
+    freeze_embeddings: bool = False
+    # bag of words
+    dim: Annotated[int, Field(gt=0, le=65536)] = 256
+    n_buckets: Annotated[int, Field(gt=0, le=1 << 26)] = 1 << 18
+    ngram_max: Annotated[int, Field(ge=1, le=5)] = 2
+    seed: Seed = 0
+    # both
+    tied: bool = True
+    dropout: DropoutP = 0.0
+
+
+LOSS_KEYS = {"decoupled_softmax": {"temperature"}, "softmax": {"temperature"}, "bce": {"temperature", "bias"},
+             "softtopk": {"k", "alpha", "temperature", "n_iter"}, "triplet": {"margin", "temperature"}}
+
+
+class LossConfig(Section):
+    """A loss and its own keyword arguments; what is not given takes the loss class's default."""
+
+    OPTIONAL = frozenset({"temperature", "margin", "k", "alpha", "n_iter", "bias"})
+    name: Literal["decoupled_softmax", "softmax", "softtopk", "bce", "triplet"] = "decoupled_softmax"
+    temperature: PosFloat | None = None
+    margin: NonNegFloat | None = None   # triplet
+    k: PosInt | None = None             # softtopk
+    alpha: PosFloat | None = None       # softtopk
+    n_iter: PosInt | None = None        # softtopk
+    bias: float | None = None           # bce
+
+    @model_validator(mode="after")
+    def _keys_of_this_loss(self) -> LossConfig:
+        given = {k for k in self.OPTIONAL if getattr(self, k) is not None}
+        extra = given - LOSS_KEYS[self.name]
+        if extra:
+            raise ValueError(f"{sorted(extra)} not taken by the {self.name} loss (it takes {sorted(LOSS_KEYS[self.name])})")
+        return self
+
+
+class NegativesConfig(Section):
+    kind: Literal["in_batch", "hard", "all"] = "hard"
+    shortlist_size: Annotated[int, Field(gt=0, le=100_000)] = 100
+    negatives_per_query: NonNegInt = 1
+    max_positives_per_query: NonNegInt = 0
+    unsampled_positives: Literal["mask", "positive"] = "mask"
+    positive_sampling: Literal["uniform", "inverse_propensity"] = "uniform"
+    propensity_a: PosFloat = 0.55
+    propensity_b: PosFloat = 1.5
+    refresh_every_epochs: PosInt = 1
+    start_epoch: NonNegInt = 0
+    index_kind: IndexKind = "exact"
+
+    @model_validator(mode="after")
+    def _shortlist(self) -> NegativesConfig:
+        if self.kind == "hard" and self.negatives_per_query > self.shortlist_size:
+            raise ValueError(f"negatives_per_query ({self.negatives_per_query}) exceeds shortlist_size "
+                             f"({self.shortlist_size})")
+        return self
+
+
+class TrainSection(Section):
+    epochs: NonNegInt = 1
+    batch_size: Annotated[int, Field(gt=0, le=1_000_000)] = 64
+    lr: PosFloat = 1e-4
+    group_lr: dict[str, PosFloat] = {}
+    group_optimizer: dict[str, Literal["adamw", "sgd"]] = {}
+    schedule: Literal["linear", "cosine"] = "linear"
+    weight_decay: NonNegFloat = 0.01
+    warmup_ratio: Prob = 0.1
+    grad_clip: NonNegFloat = 1.0
+    label_chunk_size: PosInt = 2048
+    max_steps_per_epoch: NonNegInt = 0
+    checkpoint_every_steps: NonNegInt = 0
+    eval_every_epochs: NonNegInt = 0
+    val_max_instances: NonNegInt = 500
+    amp: Literal["auto", "off"] = "auto"
+    device: str = "auto"
+    seed: Seed = 0
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v):
+            raise ValueError(f"must be auto, cpu, cuda, cuda:<n> or mps (got {v!r})")
+        return v
+
+
+class TrainAtLeastOneEpoch(TrainSection):
+    epochs: PosInt = 1
+
+
+class DualEncoderConfig(Section):
+    encoder: EncoderConfig = EncoderConfig()
+    loss: LossConfig = LossConfig()
+    negatives: NegativesConfig = NegativesConfig()
+    train: TrainAtLeastOneEpoch = TrainAtLeastOneEpoch()
+
+
+# ------------------------------------------------------------------------------------------------
+# RAMEN
+class WordnetGraph(Section):
+    enabled: bool = True
+    hypernym_levels: NonNegInt = 1
+    relations: list[str] = []
+
+
+class DocumentGraph(Section):
+    enabled: bool = True
+    window: NonNegInt = 2
+
+
+class WalkConfig(Section):
+    walks: PosInt = 8
+    hops: PosInt = 400
+    restart: Annotated[float, Field(gt=0, le=1)] = 0.8
+    top_k: NonNegInt = 3
+    min_visits: NonNegInt = 3
+    seed: Seed = 0
+
+
+class GraphConfig(Section):
+    source_dir: str | None = None
+    out_dir: str = "data/graph"
+    wordnet_dir: str | None = None
+    wordnet: WordnetGraph = WordnetGraph()
+    document: DocumentGraph = DocumentGraph()
+    walk: WalkConfig = WalkConfig()
+
+    @model_validator(mode="after")
+    def _wordnet_dir(self) -> GraphConfig:
+        if self.source_dir is None and self.wordnet.enabled and not self.wordnet_dir:
+            raise ValueError("wordnet.enabled needs wordnet_dir (or give source_dir)")
+        return self
+
+
+class RegulariserConfig(Section):
+    sets: list[str] = ["wordnet", "document"]
+    query_graph: bool = True
+    label_graph: bool = True
+    lambda_x: NonNegFloat = 1.0
+    lambda_z: NonNegFloat = 1.0
+    loss: Literal["triplet", "softmax"] = "triplet"
+    margin: NonNegFloat = 0.3
+    temperature: PosFloat = 0.05
+    label_rows: NonNegInt = 0
+    extra_labels: NonNegInt = 0
+
+
+class PruningConfig(Section):
+    enabled: bool = True
+    threshold: Annotated[float, Field(ge=-1, le=1)] = 0.0
+    warmup_epochs: NonNegInt = 10
+    every_epochs: PosInt = 5
+
+
+class RamenRunConfig(DualEncoderConfig):
+    graph_dir: str = "data/graph/augmented"
+    regulariser: RegulariserConfig = RegulariserConfig()
+    pruning: PruningConfig = PruningConfig()
+
+
+class RamenConfig(Section):
+    graph: GraphConfig = Field(default_factory=lambda: GraphConfig(wordnet=WordnetGraph(enabled=False)))
+    defaults: dict[str, Any] = {}
+    runs: dict[str, dict[str, Any] | None] = {}
+
+
+# ------------------------------------------------------------------------------------------------
+# UniDEC
+class UnidecModel(Section):
+    dim: Annotated[int, Field(gt=0, le=65536)] = 256
+    dropout: DropoutP = 0.1
+    dropout_clf: DropoutP | None = None
+    init_classifier: Literal["label_text", "random"] = "label_text"
+    unseen_classifier: Literal["keep", "zero", "label_text"] = "keep"
+
+
+class PickSomeLabels(Section):
+    OPTIONAL = frozenset({"cluster_every_epochs", "cluster_start_epoch", "encode_batch_size"})
+    max_positives_per_query: NonNegInt = 3
+    negatives_per_query: NonNegInt = 6
+    shortlist_size: Annotated[int, Field(gt=0, le=100_000)] = 30
+    refresh_every_epochs: PosInt = 5
+    start_epoch: NonNegInt = 0
+    cluster_size: PosInt = 16
+    cluster_every_epochs: PosInt | None = None     # None: with the shortlist refresh
+    cluster_start_epoch: NonNegInt | None = None
+    encode_batch_size: PosInt | None = None
+    index_kind: IndexKind = "exact"
+    positive_sampling: Literal["uniform", "inverse_propensity"] = "uniform"
+    propensity_a: PosFloat = 0.55
+    propensity_b: PosFloat = 1.5
+
+
+class UnidecLoss(Section):
+    temperature_de: PosFloat = 0.05
+    temperature_clf: PosFloat = 0.05
+    lam: Prob = 0.5
+    lam_de: Prob = 0.5
+    lam_clf: Prob = 0.5
+    bce_weight: NonNegFloat = 0.0
+
+
+class UnidecRunConfig(Section):
+    encoder: EncoderConfig = EncoderConfig()
+    model: UnidecModel = UnidecModel()
+    psl: PickSomeLabels = PickSomeLabels()
+    loss: UnidecLoss = UnidecLoss()
+    train: TrainAtLeastOneEpoch = TrainAtLeastOneEpoch()
+
+    @model_validator(mode="after")
+    def _batch(self) -> UnidecRunConfig:
+        if self.train.batch_size < self.psl.cluster_size:
+            raise ValueError(f"train.batch_size ({self.train.batch_size}) is below psl.cluster_size "
+                             f"({self.psl.cluster_size})")
+        return self
+
+
+class MethodSection(Section):
+    defaults: dict[str, Any] = {}
+    runs: dict[str, dict[str, Any] | None] = {}
+
+
+# ------------------------------------------------------------------------------------------------
+# ASTRA
+class AstraModel(Section):
+    init_classifiers: Literal["label_text", "random"] = "label_text"
+    init_scale: PosFloat = 1.0
+    bias_init: Any = "prior"   # "prior" (sigma(b) = mean positives per query / L) or a number
+
+    @field_validator("bias_init")
+    @classmethod
+    def _bias(cls, v: Any) -> Any:
+        if v == "prior":
+            return v
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            raise ValueError(f"must be 'prior' or a number (got {v!r})") from None
+
+
+class AstraNegatives(Section):
+    OPTIONAL = frozenset({"encode_batch_size", "hnsw_m", "ef_search", "nprobe"})
+    max_positives_per_query: NonNegInt = 0
+    hard_negatives: NonNegInt = 50
+    uniform_negatives: NonNegInt = 400
+    start_epoch: NonNegInt = 5
+    refresh_every_epochs: PosInt = 5
+    mine_with: Literal["classifiers", "label_embeddings"] = "classifiers"
+    index_kind: IndexKind = "exact"
+    async_refresh: bool = False
+    encode_batch_size: PosInt | None = None
+    hnsw_m: Annotated[int, Field(ge=4, le=512)] | None = None
+    ef_search: PosInt | None = None
+    nprobe: PosInt | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> AstraNegatives:
+        if self.hard_negatives + self.uniform_negatives == 0:
+            raise ValueError("hard_negatives + uniform_negatives must be > 0 (no negatives: nothing to learn from)")
+        return self
+
+
+class AstraRunConfig(Section):
+    encoder: EncoderConfig = EncoderConfig()
+    model: AstraModel = AstraModel()
+    negatives: AstraNegatives = AstraNegatives()
+    train: TrainAtLeastOneEpoch = TrainAtLeastOneEpoch()
+
+
+class AstraConfig(MethodSection):
+    small: dict[str, Any] = {}   # a YAML anchor for the d = 256 ablation runs (checked where it is used)
+
+
+# ------------------------------------------------------------------------------------------------
+# MACLR
+class MaclrPairs(Section):
+    tfidf_k: Annotated[int, Field(gt=0, le=1000)] = 3
+    tfidf_min_score: Annotated[float, Field(ge=-1, le=1)] = 0.0
+    ict_window: NonNegInt = 1
+    title_remove_prob: Prob = 0.9
+    seed: Seed = 0
+
+
+class MaclrStage1(Section):
+    mac: bool = True
+    label_reg: bool = True
+    label_weight: NonNegFloat = 1.0
+    label_negatives: NonNegInt = 32
+    temperature: PosFloat = 0.05
+    k0: PosInt = 110
+    t_k: PosInt = 4
+    t_update: PosInt = 4
+    cluster_pool: NonNegInt = 0
+    train: TrainSection = TrainSection()
+
+
+class MaclrStage2(Section):
+    dense_k: NonNegInt = 3
+    tfidf: bool = True
+    tfidf_k: PosInt = 3
+    select: Literal["union", "agree"] = "union"
+    max_instances: NonNegInt = 0
+    seed: Seed = 0
+    loss: LossConfig = LossConfig()
+    negatives: NegativesConfig = NegativesConfig(kind="in_batch", max_positives_per_query=1)
+    train: TrainSection = TrainSection()
+
+
+class MaclrRunConfig(Section):
+    encoder: EncoderConfig = EncoderConfig()
+    stage1: MaclrStage1 = MaclrStage1()
+    stage2: MaclrStage2 = MaclrStage2()
+
+
+class FewshotRunConfig(Section):
+    init: str | None = None
+    ratio: Annotated[float, Field(gt=0, le=1)] = 0.01
+    seed: Seed = 0
+    freeze_embeddings: bool = True
+    loss: LossConfig = LossConfig()
+    negatives: NegativesConfig = NegativesConfig(kind="in_batch", max_positives_per_query=1)
+    train: TrainAtLeastOneEpoch = TrainAtLeastOneEpoch()
+
+
+class FewshotConfig(MethodSection):
+    pass
+
+
+class MaclrConfig(MethodSection):
+    pairs_dir: str = "data/maclr_pairs"
+    pairs: MaclrPairs = MaclrPairs()
+    fewshot: FewshotConfig = FewshotConfig()
+
+
+# ------------------------------------------------------------------------------------------------
+# the rest
+class StMnrlConfig(Section):
+    budget_of: str = "dexml"
+
+
+class PretrainedConfig(Section):
+    encoder: EncoderConfig = EncoderConfig()
+
+
+class IndexConfig(Section):
+    kind: IndexKind = "exact"
+    hnsw_m: Annotated[int, Field(ge=4, le=512)] = 32
+    ef_search: Annotated[int, Field(gt=0, le=100_000)] = 128
+    nprobe: Annotated[int, Field(gt=0, le=100_000)] = 16
+    encode_batch_size: Annotated[int, Field(gt=0, le=65_536)] = 256
+
+
+class ReportConfig(Section):
+    alpha: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    seeds: dict[str, list[str]] = {}
+    paired: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = []
+    paired_ablations: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = []
+
+
+class SelectionChoice(Section):
+    OPTIONAL = frozenset({"note"})
+    method: str
+    knob: str
+    reference: str
+    default: str
+    candidates: Annotated[dict[str, str], Field(min_length=2)]
+    note: str | None = None
+
+    @model_validator(mode="after")
+    def _values(self) -> SelectionChoice:
+        for what in ("reference", "default"):
+            v = getattr(self, what)
+            if v not in self.candidates:
+                raise ValueError(f"{what} {v!r} is not one of the candidates {sorted(self.candidates)}")
+        return self
+
+
+class SelectionConfig(Section):
+    metric: str = "P@5"
+    alpha: Annotated[float, Field(gt=0, lt=1)] = 0.05
+    choices: dict[str, SelectionChoice] = {}
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        if not METRIC_RE.match(v):
+            raise ValueError(f"must look like P@5, nDCG@5, PSP@5, PSnDCG@5 or R@100 (got {v!r})")
+        return v
+
+
+class OrchestrationConfig(Section):
+    retries: Annotated[int, Field(ge=0, le=10)] = 1
+    retry_delay_seconds: Annotated[float, Field(ge=0, le=3600)] = 10
+    stage_timeout_seconds: Annotated[int, Field(gt=0, le=7 * 24 * 3600)] = 3600
+    # stages that may run far longer than stage_timeout_seconds on a GPU worker (paper-length profiles)
+    stage_timeouts: dict[str, Annotated[int, Field(gt=0, le=7 * 24 * 3600)]] = {}
+    concurrency_limit_name: str = "xmc-dvc-repo"
+    concurrency_wait_seconds: Annotated[int, Field(gt=0)] = 6 * 3600
+    allowed_paths: list[str] = ["batch"]
+
+
+class ParamsConfig(Section):
+    data: DataConfig
+    validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
+    tfidf: TfidfConfig = TfidfConfig()
+    tfidf_knn: TfidfKnnConfig = TfidfKnnConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    dual_encoder: DualEncoderConfig = DualEncoderConfig()
+    bow_encoder: dict[str, Any] | None = None   # a YAML anchor: a run override (checked like a run)
+    runs: dict[str, dict[str, Any] | None] = {}
+    st_mnrl: StMnrlConfig = StMnrlConfig()
+    pretrained: dict[str, PretrainedConfig] = {}
+    index: IndexConfig = IndexConfig()
+    maclr: MaclrConfig = MaclrConfig()
+    ramen: RamenConfig = RamenConfig()
+    unidec: MethodSection = MethodSection()
+    astra: AstraConfig = AstraConfig()
+    predictions: dict[str, str] = {}
+    unidec_predictions: dict[str, str] = {}
+    methods: list[str] = []
+    reported: list[str] = []
+    validated: list[str] = []
+    report: ReportConfig = ReportConfig()
+    selection: SelectionConfig = SelectionConfig()
+    ablations: list[str] = []
+    orchestration: OrchestrationConfig = OrchestrationConfig()
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @field_validator("predictions", "unidec_predictions")
+    @classmethod
+    def _splits(cls, v: dict[str, str]) -> dict[str, str]:
+        for run, splits in v.items():
+            words = str(splits).split()
+            bad = [w for w in words if w not in SPLIT_WORDS]
+            if not words or bad or len(set(words)) != len(words):
+                raise ValueError(f"{run}: {splits!r} must be 'val', 'tst' or 'val tst'")
+        return v
+
+
+# ------------------------------------------------------------------------------------------------
+# validation with one-line errors
+def deep_merge(base: dict[str, Any], override: dict[str, Any] | None) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for k, v in (override or {}).items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else copy.deepcopy(v)
+    return out
+
+
+def _fields_at(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the (sub)model at ``loc``, for did-you-mean (empty where it is a free-form dict)."""
+    m: Any = model
+    for part in loc:
+        if not (isinstance(m, type) and issubclass(m, BaseModel)):
+            return []
+        f = m.model_fields.get(part) or next((x for x in m.model_fields.values() if x.alias == part), None)
+        if f is None:
+            return []
+        ann = f.annotation
+        m = next((a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)), ann)
+    if isinstance(m, type) and issubclass(m, BaseModel):
+        return [f.alias or n for n, f in m.model_fields.items()]
+    return []
+
+
+def _describe(err: dict[str, Any], model: type[BaseModel]) -> tuple[tuple[Any, ...], str]:
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and ("[" in p or p.startswith("function-"))))
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        *parent, key = loc
+        close = difflib.get_close_matches(str(key), _fields_at(model, tuple(parent)), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        return loc, f"unknown key{hint}"
+    if kind == "missing":
+        return loc, "required key is missing"
+    msg = err["msg"]
+    if kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    got = err.get("input")
+    if kind not in ("value_error",) and not isinstance(got, dict | list):
+        msg = f"{msg} (got {got!r})"
+    return loc, msg
+
+
+class ParamsError(Exception):
+    """A list of (key path, message) found by :func:`validate_params`."""
+
+    def __init__(self, problems: list[tuple[tuple[Any, ...], str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{'.'.join(map(str, p))}: {m}" for p, m in problems))
+
+
+def _check(model: type[BaseModel], data: Any, prefix: tuple[Any, ...]) -> tuple[BaseModel | None, list]:
+    try:
+        return model.model_validate(data if data is not None else {}), []
+    except ValidationError as e:
+        out = []
+        for err in e.errors():
+            loc, msg = _describe(err, model)
+            out.append((prefix + loc, msg))
+        return None, out
+
+
+def _coerce_override(override: Any, full: Any) -> Any:
+    """The override's own keys with the merged, coerced values (partial overrides stay partial)."""
+    if isinstance(override, dict) and isinstance(full, dict):
+        return {k: _coerce_override(v, full.get(k)) for k, v in override.items()}
+    return full
+
+
+def _override_path(override: Any, loc: tuple[Any, ...]) -> bool:
+    node = override
+    for part in loc:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _check_runs(model: type[BaseModel], base: dict[str, Any], runs: dict[str, Any], runs_path: tuple[str, ...],
+                base_path: tuple[str, ...], problems: list) -> dict[str, Any]:
+    out = {}
+    for name, override in runs.items():
+        merged = deep_merge(base, override or {})
+        validated, errs = _check(model, merged, ())
+        for loc, msg in errs:
+            # a problem in a key the run sets is the run's; otherwise it comes from the defaults
+            where = runs_path + (name,) if _override_path(override, loc) else base_path
+            problems.append((where + loc, msg))
+        out[name] = _coerce_override(override or {}, validated.model_dump()) if validated else override
+    return out
+
+
+def validate_params(raw: Any) -> dict[str, Any]:
+    """``params.yaml`` (parsed) -> the same tree, typed and with defaults filled; :class:`ParamsError` if not."""
+    if not isinstance(raw, dict):
+        raise ParamsError([((), "the file must be a mapping of sections (data:, dual_encoder:, ...)")])
+    top, problems = _check(ParamsConfig, raw, ())
+    if top is None:
+        raise ParamsError(problems)
+    p = top.model_dump(by_alias=True)
+    de = p["dual_encoder"]
+    p["runs"] = _check_runs(DualEncoderConfig, de, p["runs"], ("runs",), ("dual_encoder",), problems)
+    if p["bow_encoder"] is not None:
+        _check_runs(DualEncoderConfig, de, {"bow_encoder": p["bow_encoder"]}, (), ("dual_encoder",), problems)
+    # method sections: defaults are typed against the run model, each run merged onto them
+    ramen_base = deep_merge(de, p["ramen"]["defaults"])
+    ramen_defaults, errs = _check(RamenRunConfig, ramen_base, ())
+    problems += [(("ramen", "defaults") + loc, m) for loc, m in errs]
+    if ramen_defaults is not None:
+        filled = ramen_defaults.model_dump()
+        p["ramen"]["defaults"] = filled
+        p["ramen"]["runs"] = _check_runs(RamenRunConfig, filled, p["ramen"]["runs"], ("ramen", "runs"),
+                                         ("ramen", "defaults"), problems)
+    for section, model in (("unidec", UnidecRunConfig), ("astra", AstraRunConfig)):
+        d, errs = _check(model, p[section]["defaults"], ())
+        problems += [((section, "defaults") + loc, m) for loc, m in errs]
+        if d is not None:
+            p[section]["defaults"] = d.model_dump()
+            p[section]["runs"] = _check_runs(model, p[section]["defaults"], p[section]["runs"], (section, "runs"),
+                                             (section, "defaults"), problems)
+    d, errs = _check(MaclrRunConfig, p["maclr"]["defaults"], ())
+    problems += [(("maclr", "defaults") + loc, m) for loc, m in errs]
+    if d is not None:
+        p["maclr"]["defaults"] = d.model_dump()
+        p["maclr"]["runs"] = _check_runs(MaclrRunConfig, p["maclr"]["defaults"], p["maclr"]["runs"],
+                                         ("maclr", "runs"), ("maclr", "defaults"), problems)
+        s2 = p["maclr"]["defaults"]["stage2"]
+        if s2["tfidf"] and s2["tfidf_k"] > p["maclr"]["pairs"]["tfidf_k"]:
+            problems.append((("maclr", "defaults", "stage2", "tfidf_k"),
+                             f"{s2['tfidf_k']} exceeds maclr.pairs.tfidf_k ({p['maclr']['pairs']['tfidf_k']}): "
+                             "only that many TF-IDF labels are mined per instance"))
+    fs = p["maclr"]["fewshot"]
+    d, errs = _check(FewshotRunConfig, fs["defaults"], ())
+    problems += [(("maclr", "fewshot", "defaults") + loc, m) for loc, m in errs]
+    if d is not None:
+        fs["defaults"] = d.model_dump()
+        fs["runs"] = _check_runs(FewshotRunConfig, fs["defaults"], fs["runs"], ("maclr", "fewshot", "runs"),
+                                 ("maclr", "fewshot", "defaults"), problems)
+        for name, run in fs["runs"].items():
+            if not deep_merge(fs["defaults"], run).get("init"):
+                problems.append((("maclr", "fewshot", "runs", name, "init"),
+                                 "required: the encoder folder the run starts from (models/<run>)"))
+    problems += _cross_references(p)
+    if problems:
+        raise ParamsError(problems)
+    return p
+
+
+def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """Names that point at runs. A prediction stage, ``st_mnrl.budget_of`` and a main-report method must name
+    a run defined in the file. The other lists (reported, validated, ablations, report.paired/seeds, selection
+    candidates) may name runs that a narrowed experiment removed (the report and the selection skip what was not
+    evaluated), so there only a near miss of a defined run is an error: a typo would silently drop a row."""
+    out: list[tuple[tuple[Any, ...], str]] = []
+    if not p["predictions"] and not p["unidec_predictions"]:
+        return out  # a params file without prediction stages (a library or test setup): nothing to cross-check
+    unidec = set(p["unidec"]["runs"])
+    defined = (set(p["runs"]) | set(p["maclr"]["runs"]) | set(p["maclr"]["fewshot"]["runs"]) | set(p["pretrained"])
+               | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | {"st_mnrl", "label_prior", "tfidf_zeroshot",
+                                                                        "tfidf_knn"}
+               | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")})
+
+    def check(path: tuple[Any, ...], name: Any, strict: bool, pool: set[str] = defined,
+              what: str = "not a run of any method") -> None:
+        if name in pool:
+            return
+        close = difflib.get_close_matches(str(name), sorted(pool), n=1, cutoff=0.6 if strict else 0.8)
+        if strict or close:
+            out.append((path, f"{name!r} is {what}" + (f" (did you mean {close[0]!r}?)" if close else "")))
+
+    if "st_mnrl" in p["predictions"]:
+        check(("st_mnrl", "budget_of"), p["st_mnrl"]["budget_of"], True, set(p["runs"]), "not a run under runs")
+    for run in p["predictions"]:
+        check(("predictions", run), run, True)
+    for run in p["unidec_predictions"]:
+        check(("unidec_predictions", run), run, True, unidec, "not a run under unidec.runs")
+    for i, name in enumerate(p["methods"]):
+        check(("methods", i), name, True)
+    for lst in ("reported", "validated", "ablations"):
+        for i, name in enumerate(p[lst]):
+            check((lst, i), name, False)
+    for key in ("paired", "paired_ablations"):
+        for i, pair in enumerate(p["report"][key]):
+            for name in pair:
+                check(("report", key, i), name, False)
+    for base, others in p["report"]["seeds"].items():
+        for name in [base, *others]:
+            check(("report", "seeds", base), name, False)
+    for cname, choice in p["selection"]["choices"].items():
+        for value, run in choice["candidates"].items():
+            check(("selection", "choices", cname, "candidates", value), run, False)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# where a key path is in the YAML file (for ``params.yaml:<line>:`` in the error)
+def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
+    """Key path -> 1-based line of its key, following ``<<: *anchor`` merges; raises on duplicate keys."""
+    import yaml
+
+    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    lines: dict[tuple[str, ...], int] = {}
+
+    def walk(node: Any, path: tuple[str, ...], depth: int = 0) -> None:
+        if depth > 64:
+            return
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[str, int] = {}
+            merged: list[Any] = []
+            for k, v in node.value:
+                key = str(k.value)
+                if key == "<<":
+                    merged.extend(v.value if isinstance(v, yaml.SequenceNode) else [v])
+                    continue
+                if key in seen:
+                    raise DuplicateKey(path + (key,), k.start_mark.line + 1, seen[key])
+                seen[key] = k.start_mark.line + 1
+                lines.setdefault(path + (key,), k.start_mark.line + 1)
+                walk(v, path + (key,), depth + 1)
+            for m in merged:   # keys that come from an anchor point at the anchor's lines
+                walk(m, path, depth + 1)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                lines.setdefault(path + (str(i),), v.start_mark.line + 1)
+                walk(v, path + (str(i),), depth + 1)
+
+    walk(root, ())
+    return lines
+
+
+class DuplicateKey(Exception):
+    def __init__(self, path: tuple[str, ...], line: int, first: int) -> None:
+        self.path, self.line, self.first = path, line, first
+        super().__init__(f"{'.'.join(path)}: duplicate key (first at line {first})")
+
+
+def line_of(lines: dict[tuple[str, ...], int], path: tuple[Any, ...]) -> int | None:
+    """The line of the longest prefix of ``path`` found in the file (a missing key: its parent's line)."""
+    parts = tuple(str(p) for p in path)
+    for n in range(len(parts), 0, -1):
+        if parts[:n] in lines:
+            return lines[parts[:n]]
+    return None
