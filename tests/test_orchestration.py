@@ -64,6 +64,11 @@ def _slow_stages(repo: Path) -> None:
         "cmd": "python -c \"import time,pathlib; t=time.time(); time.sleep(6); "
                "pathlib.Path('slow.log').open('a').write(f'{t} {time.time()}\\n')\"",
         "always_changed": True}
+    dvc["stages"]["bad_input"] = {  # fails like a stage given a malformed file: exit code 2, one error line
+        "cmd": "python -c \"import pathlib,sys; p=pathlib.Path('bad_input.count'); "
+               "p.write_text(str(int(p.read_text())+1 if p.exists() else 1)); "
+               "print('error: data.txt:3: label id 99 out of range [0, 12)', file=sys.stderr); sys.exit(2)\"",
+        "always_changed": True}
     dvc["stages"]["sleepy"] = {
         "cmd": "python -c \"import os,time,pathlib; pathlib.Path('sleepy.pid').write_text(str(os.getpid())); "
                "time.sleep(120)\"",
@@ -273,3 +278,20 @@ def test_deployment_parameters_outside_the_allow_list_are_refused(stack, deploye
     fr = wait_for_run(stack, fr.id, timeout=200)
     assert fr.state.is_failed() and "outside the allowed paths" in fr.state.message
     assert not (deployed / "batch/out.jsonl").exists()
+
+
+def test_input_errors_are_not_retried(stack, deployed):
+    """A stage that exits with the input-error code (2) fails the run at once; a retry would fail the same way."""
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.deployments import run_deployment
+    from prefect.settings import temporary_settings
+
+    (deployed / "bad_input.count").unlink(missing_ok=True)
+    with temporary_settings(stack.settings()):
+        fr = run_deployment("xmc-pipeline/nightly-retrain", parameters={"targets": ["bad_input"]}, timeout=0)
+    fr = wait_for_run(stack, fr.id, timeout=300)
+    assert fr.state.is_failed() and "data.txt:3: label id 99 out of range" in fr.state.message
+    trs = _client_call(stack, lambda c: c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id]))))
+    bad = [t for t in trs if t.name.startswith("bad_input")]
+    assert bad and bad[0].run_count == 1, [(t.name, t.run_count) for t in trs]
+    assert (deployed / "bad_input.count").read_text() == "1"
