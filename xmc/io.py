@@ -120,7 +120,7 @@ def _str_within(a: str, b: str) -> bool:
 
 def _is_within(a: Path, b: Path) -> bool:
     """a == b or a lies inside b."""
-    return a == b or b in a.parents
+    return _str_within(str(a), str(b))
 
 
 def check_output_path(path: str | Path) -> Path:
