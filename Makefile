@@ -17,7 +17,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup run select ablations test repro report clean-outputs
+.PHONY: setup run select ablations test repro report clean-outputs push pull serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,10 +36,24 @@ setup: $(VENV)/.installed .dvc/config
 
 # The main pipeline: data, validation, the peers and one default run of every method (about an hour on 2 cores).
 run: setup
-	$(BIN)/dvc repro report
+	$(BIN)/dvc repro report package
 	@echo
 	@cat reports/comparison.md
 	@echo "Validation report: reports/validation/report.html   Comparison: reports/comparison.html"
+	@echo "Model packages: packages/<method>/  (xmc info astra; xmc predict astra --input texts.txt; xmc serve astra)"
+
+# The model packages to and from the DVC remote (default: ../xmc-dvc-remote; see README "Registry"):
+# after `make pull` a fresh clone predicts without training.
+push: setup
+	$(BIN)/dvc push package
+
+pull: setup
+	$(BIN)/dvc pull package
+
+# The HTTP service of one package (MODEL=astra by default) on 127.0.0.1:8000
+MODEL ?= astra
+serve: setup
+	$(BIN)/xmc serve $(MODEL)
 
 # Every hand-picked setting decided on the validation split: the candidates of params `selection`
 # (the default runs are shared with `make run`) -> reports/selection.{md,html,json}.

@@ -1,17 +1,21 @@
-"""Batch-prediction flow: a model and a file of texts -> top-k labels with scores as JSON lines.
+"""Batch-prediction flow: a model package and a file of texts -> top-k labels with scores as JSON lines.
 
-Input and output paths must lie under the repository's ``orchestration.allowed_paths`` (params.yaml);
-a bad input file is a deterministic error and is not retried.
+The model is a registry name (default params ``registry.serve``, the package holding ``prod``) or a package
+folder; prediction streams its input through the same predictor as ``xmc predict`` and the service. Input and
+output paths must lie under the repository's ``orchestration.allowed_paths``; a bad input file is a
+deterministic error and is not retried.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from prefect import flow, get_run_logger, task
 
-from flows.guard import ParameterRefused, confine_name, confine_path, confine_repo
+from flows.guard import ParameterRefused, confine_path, confine_repo
 from xmc.config import load_params
-from xmc.errors import XMCError
-from xmc.predict import predict_file
+from xmc.errors import ConfigError, XMCError
 
 
 def _retry_unless_bad_input(task, task_run, state) -> bool:
@@ -25,18 +29,43 @@ def _retry_unless_bad_input(task, task_run, state) -> bool:
 
 
 @task(name="predict", retries=1, retry_condition_fn=_retry_unless_bad_input)
-def _predict(model_dir: str, index_dir: str, label_file: str, input_path: str, output_path: str, k: int) -> int:
-    return predict_file(model_dir, index_dir, label_file, input_path, output_path, k)
+def predict_file(repo_dir: str, model: str, input_path: str, output_path: str, k: int, batch_size: int) -> int:
+    from xmc.io import atomic_file
+    from xmc.package import check_k, load
+    from xmc.package.inputs import iter_input
+    from xmc.package.registry import resolve
+
+    k = check_k(k)
+    pkg = load(resolve(model, repo_dir))
+    for _ in iter_input(input_path):  # a bad line fails before anything is written
+        pass
+    n = 0
+    with atomic_file(output_path) as fh:
+        for uid, text, preds in pkg.predict_stream(iter_input(input_path), k, batch_size):
+            fh.write(json.dumps({"id": uid, "text": text, "labels": [p.to_dict() for p in preds]},
+                                ensure_ascii=False) + "\n")
+            n += 1
+    get_run_logger().info("%s (%s, %d labels): top-%d labels of %d texts", pkg.name, pkg.method, pkg.n_labels, k, n)
+    return n
 
 
 @flow(name="xmc-batch-predict", log_prints=True)
-def xmc_batch_predict(input_path: str, output_path: str, model: str = "dexml", repo_dir: str = ".", k: int = 10) -> int:
+def xmc_batch_predict(input_path: str, output_path: str, model: str | None = None, repo_dir: str = ".",
+                      k: int = 10) -> int:
     repo = confine_repo(repo_dir)
-    model = confine_name(model, "model")
-    roots = load_params(repo / "params.yaml")["orchestration"]["allowed_paths"]
+    params = load_params(repo / "params.yaml")
+    roots = params["orchestration"]["allowed_paths"]
     src = confine_path(input_path, repo, roots, "input_path")
     dst = confine_path(output_path, repo, roots, "output_path")
-    n = _predict(str(repo / "models" / model), str(repo / "indexes" / model), str(repo / "data/processed/lbl.jsonl"),
-                 str(src), str(dst), k)
+    spec = model or params["registry"]["serve"]
+    if "/" in spec or spec.startswith("."):
+        # a package folder must lie inside the repository's packages/ (never an arbitrary path)
+        path = (repo / spec).resolve()
+        if not path.is_relative_to((repo / "packages").resolve()):
+            raise ParameterRefused(f"model {spec!r}: a package folder must be under {repo / 'packages'}")
+        spec = str(path)
+    if Path(dst).resolve() == Path(src).resolve():
+        raise ConfigError(f"{output_path}: the output would overwrite the input")
+    n = predict_file(str(repo), spec, str(src), str(dst), k, int(params["serve"]["batch_size"]))
     get_run_logger().info("wrote top-%d labels for %d texts to %s", k, n, dst)
     return n

@@ -55,9 +55,10 @@ def _run_on_gpu(stage: str, repo_dir: str, deployment: str, timeout: float) -> s
 
 @flow(name="xmc-pipeline", log_prints=True)
 def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
-                 gpu_deployment: str | None = "xmc-stage/gpu") -> dict[str, Any]:
+                 gpu_deployment: str | None = "xmc-stage/gpu", promote: bool = False) -> dict[str, Any]:
     """Reproduce the DVC pipeline (or ``targets`` and their upstream), stage by stage, holding the
-    repository's concurrency slot (a second scheduled run waits for this one)."""
+    repository's concurrency slot (a second scheduled run waits for this one). ``promote``: then push and
+    commit the packages and promote those of params ``registry.promote`` through the validation gate."""
     logger = get_run_logger()
     repo = confine_repo(repo_dir)
     targets = [confine_name(t, "target") for t in (targets or [])] or None
@@ -80,6 +81,10 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
             t = run_dvc_stage.with_options(retries=retries, retry_delay_seconds=float(orch["retry_delay_seconds"]))
             results[stage] = t(stage, str(repo), timeout_seconds=timeout)
         publish_artifacts(repo)
+        if promote:
+            from flows.registry import xmc_promote
+
+            results["promotion"] = xmc_promote(repo_dir=str(repo))
     return results
 
 

@@ -13,7 +13,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SEMCOR = (ROOT / ".." / "shared" / "datasets" / "semcor-wn30").resolve()
-PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore"]
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
 
 
 def env() -> dict[str, str]:
@@ -61,6 +61,10 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
         # a narrowed main report evaluates (test and validation) just those methods
         extra.setdefault("reported", list(extra["methods"]))
         extra.setdefault("validated", list(extra["methods"]))
+        # ... and packages just those of them that the default params package
+        defaults = yaml.safe_load((ROOT / "params.yaml").read_text())
+        extra.setdefault("packages", {k: v for k, v in defaults["packages"].items() if k in extra["methods"]})
+        extra.setdefault("registry.promote", [k for k in defaults["registry"]["promote"] if k in extra["packages"]])
     for k, v in extra.items():
         set_param(dest, k, v)
     run(["git", "init", "-q"], dest)
@@ -85,3 +89,30 @@ def write_xc_dataset(d: Path, labels: list[str], trn: list[str], tst: list[str],
     (d / "trn_X_Y.txt").write_text(f"{len(trn_rows)} {len(labels)}\n" + "".join(r + "\n" for r in trn_rows))
     (d / "tst_X_Y.txt").write_text(f"{len(tst_rows)} {len(labels)}\n" + "".join(r + "\n" for r in tst_rows))
     return d
+
+
+def assert_packages_predict_like_the_pipeline(repo: Path, names: list[str], n: int = 200) -> None:
+    """Each package, loaded through the public API, ranks the first ``n`` test texts as the pipeline's
+    prediction stage did (positions may swap only between labels of equal score)."""
+    import json
+
+    import numpy as np
+
+    import xmc
+    from xmc.predictions import TopK
+
+    with open(repo / "data/processed/tst.jsonl", encoding="utf-8") as fh:
+        texts = [json.loads(line)["text"] for line in fh][:n]
+    for name in names:
+        pkg = xmc.load(str(repo / "packages" / name))
+        ref = TopK.load(repo / "predictions" / name / "tst_topk.npz")
+        k = min(ref.k, pkg.n_labels)
+        D, I = pkg.topk(texts, k)
+        R, S = ref.indices[: len(texts), :k], ref.scores[: len(texts), :k]
+        finite = np.isfinite(S)
+        assert (np.isfinite(D) == finite).all(), name
+        assert np.allclose(D[finite], S[finite], atol=1e-4), f"{name}: scores differ"
+        moved = (I != R) & finite
+        assert (np.abs(D - S)[moved] <= 1e-4).all(), name
+        # a label moved only among equal scores: the same set at every cut that does not split a tie
+        assert (np.sort(np.where(finite, I, -1), 1) == np.sort(np.where(finite, R, -1), 1)).mean() > 0.97, name

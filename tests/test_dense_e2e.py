@@ -11,7 +11,7 @@ import time
 import pytest
 import torch
 
-from tests.pipeline_repo import SEMCOR, env, make_repo, run, stages_run
+from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, stages_run
 from xmc.train.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
@@ -55,6 +55,9 @@ def test_dense_methods_train_index_and_land_in_the_report(repo):
     assert (repo / "plots/train/dexml_bow/loss.csv").read_text().startswith("step,epoch,loss,lr")
     assert "P@1" in (repo / "plots/train/dexml_bow/validation.csv").read_text()
     assert stages_run(run(["dvc", "repro", "report"], repo).stdout) == []
+    packaged = ["minilm_zeroshot", "st_mnrl", "dexml", "dexml_bow"]
+    assert {f"package@{m}" for m in packaged} <= set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))
+    assert_packages_predict_like_the_pipeline(repo, packaged)
 
 
 def test_killed_training_resumes_from_last_checkpoint(repo):

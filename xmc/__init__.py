@@ -3,7 +3,21 @@
 One package per concern: ``xmc.data`` (formats and the canonical processed form),
 ``xmc.validation`` (great-expectations checks and report), ``xmc.baselines``
 (label prior, TF-IDF zero-shot and kNN), ``xmc.metrics`` (P@k, nDCG@k, PSP@k, recall),
-``xmc.report`` (comparison table).
+``xmc.report`` (comparison table), ``xmc.package`` (model packages: ``xmc.load(path).predict(texts, k)``),
+``xmc.cli`` (the ``xmc`` command) and ``xmc.serve`` (the HTTP service).
 """
 
+from __future__ import annotations
+
+from typing import Any
+
 __version__ = "0.1.0"
+
+
+def load(model: str, **kwargs: Any) -> Any:
+    """A model package by path or registry name (``astra``, ``astra#prod``, ``astra@v1.2.0``): see
+    :func:`xmc.package.registry.resolve`. Returns a :class:`xmc.package.ModelPackage`; imported lazily so that
+    ``import xmc`` stays free of torch and faiss."""
+    from xmc.package.registry import load_model
+
+    return load_model(model, **kwargs)

@@ -566,6 +566,43 @@ class OrchestrationConfig(Section):
     allowed_paths: list[str] = ["batch"]
 
 
+class PackageSpec(Section):
+    OPTIONAL = frozenset({"space"})
+    source: str                       # what the package is built from: models/<run>, data/tfidf, data/processed
+    space: Literal["concat", "de", "clf"] | None = None   # UniDEC: which retrieval space the package serves
+
+
+class GateConfig(Section):
+    # the most (in points) each validation metric may fall below the current holder's before promotion is refused
+    max_drop: dict[str, Annotated[float, Field(ge=0, le=100)]] = {"P@1": 0.5, "P@5": 0.5, "PSP@5": 0.5}
+    allow_dataset_change: bool = False
+    allow_label_set_change: bool = False
+
+    @field_validator("max_drop")
+    @classmethod
+    def _metrics(cls, v: dict[str, float]) -> dict[str, float]:
+        for k in v:
+            if not METRIC_RE.match(k):
+                raise ValueError(f"{k!r} must look like P@5, nDCG@5, PSP@5, PSnDCG@5 or R@100")
+        return v
+
+
+class RegistryConfig(Section):
+    stage: str = "prod"               # the stage label the nightly run promotes to
+    promote: list[str] = []           # artifacts the nightly run tries to promote
+    serve: str = "#prod"              # what batch prediction and the service load when no model is named
+    gate: GateConfig = GateConfig()
+
+
+class ServeConfig(Section):
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    max_texts: Annotated[int, Field(ge=1, le=100_000)] = 256
+    max_chars: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
+    max_k: Annotated[int, Field(ge=1, le=10_000)] = 1000
+    batch_size: Annotated[int, Field(ge=1, le=65_536)] = 256
+
+
 class ParamsConfig(Section):
     data: DataConfig
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
@@ -591,6 +628,9 @@ class ParamsConfig(Section):
     selection: SelectionConfig = SelectionConfig()
     ablations: list[str] = []
     orchestration: OrchestrationConfig = OrchestrationConfig()
+    packages: dict[str, PackageSpec] = {}
+    registry: RegistryConfig = RegistryConfig()
+    serve: ServeConfig = ServeConfig()
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -784,6 +824,11 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         check(("unidec_predictions", run), run, True, unidec, "not a run under unidec.runs")
     for i, name in enumerate(p["methods"]):
         check(("methods", i), name, True)
+    for name in p["packages"]:
+        check(("packages", name), name, True, set(p["reported"]) & set(p["validated"]),
+              "not both reported and validated (its manifest carries both metrics)")
+    for i, name in enumerate(p["registry"]["promote"]):
+        check(("registry", "promote", i), name, True, set(p["packages"]), "not a package under packages")
     for lst in ("reported", "validated", "ablations"):
         for i, name in enumerate(p[lst]):
             check((lst, i), name, False)

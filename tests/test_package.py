@@ -1,0 +1,157 @@
+"""Model packages: build, load anywhere, predict; the same predictions as the models they were built from;
+every broken or mismatched package refused with one line."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+import xmc
+from tests.package_fixtures import build_all, semcor_labels
+from tests.pipeline_repo import SEMCOR
+from xmc.errors import ConfigError, DataFormatError
+from xmc.package import InputError, label_set_sha256, load
+
+pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
+
+QUERIES = ["she was able to swim across", "that which is known to exist", "not yet, up to the present time"]
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    return build_all(tmp_path_factory.mktemp("pkgs"))
+
+
+def test_every_kind_loads_and_predicts_ranked_labels_with_uids_texts_scores(packages):
+    uids, texts = semcor_labels()
+    for name, path in packages.items():
+        pkg = xmc.load(str(path))
+        assert pkg.n_labels == len(uids) and pkg.name == name
+        preds = pkg.predict(QUERIES, k=5)
+        assert len(preds) == 3 and all(len(row) == 5 for row in preds), name
+        for row in preds:
+            scores = [p.score for p in row]
+            assert scores == sorted(scores, reverse=True), name
+            for p in row:
+                assert p.uid == uids[p.label] and p.text == texts[p.label]
+        assert pkg.predict("one text", k=2)[0][0].uid in uids  # a single string is one text
+
+
+def test_predictions_equal_the_models_they_were_built_from(packages):
+    """The package's search = what the pipeline computes from the trained folders."""
+    from xmc.baselines.tfidf import TfidfFeatures, tfidf_zero_shot
+    from xmc.encoders import load_encoder
+    from xmc.methods.astra import ASTRAModel
+    from xmc.methods.unidec import UniDECModel, predict_spaces
+
+    _, texts = semcor_labels()
+    src = packages["dense"].parent / "src"
+    enc = load_encoder(src / "dense")
+    S = enc.encode(QUERIES, "query") @ enc.encode(texts, "label").T
+    D, I = xmc.load(str(packages["dense"])).topk(QUERIES, 10)
+    assert np.allclose(D, -np.sort(-S, 1)[:, :10], atol=1e-5)
+    astra = ASTRAModel.load(src / "astra", texts)
+    S = astra.query_vectors_np(QUERIES) @ astra.all_label_vectors().T
+    D, I = xmc.load(str(packages["astra"])).topk(QUERIES, 10)
+    assert np.allclose(D, -np.sort(-S, 1)[:, :10], atol=1e-5) and (I[:, 0] == S.argmax(1)).all()
+    model = UniDECModel.load(src / "unidec", texts)
+    ref = predict_spaces(model, QUERIES, 10)
+    for space, name in (("concat", "unidec"), ("de", "unidec_de_only"), ("clf", "unidec_clf_only")):
+        D, I = xmc.load(str(packages[name])).topk(QUERIES, 10)
+        assert np.allclose(D, ref[space]["scores"], atol=1e-5), space
+    feats = TfidfFeatures.load(src / "tfidf")
+    ref = tfidf_zero_shot(feats.transform(QUERIES), feats.lbl, 10)
+    D, I = xmc.load(str(packages["tfidf_zeroshot"])).topk(QUERIES, 10)
+    assert (I == ref.indices).all() and np.allclose(D, ref.scores)
+
+
+def test_k_larger_than_the_label_set_returns_every_label_ranked(packages):
+    pkg = load(packages["label_prior"])
+    D, I = pkg.topk(QUERIES[:1], 5000)
+    assert I.shape == (1, pkg.n_labels) and sorted(I[0].tolist()) == list(range(pkg.n_labels))
+
+
+@pytest.mark.parametrize("texts,k,match", [
+    (["fine"], 0, r"k must be an integer in \[1, 10000\]"),
+    (["fine"], 10**9, r"k must be an integer"),
+    (["fine"], True, r"k must be an integer"),
+    (["fine", "  "], 3, r"text 1 is empty"),
+    (["fine", 7], 3, r"text 1 is not a string"),
+    ({"texts": "x"}, 3, r"texts must be a list"),
+])
+def test_bad_requests_are_one_line_input_errors(packages, texts, k, match):
+    pkg = load(packages["dense"])
+    with pytest.raises(InputError, match=match):
+        pkg.predict(texts, k)
+
+
+def _copy(packages, name, tmp_path):
+    dst = tmp_path / name
+    shutil.copytree(packages[name], dst)
+    return dst
+
+
+def test_broken_packages_are_refused_with_one_line(packages, tmp_path):
+    with pytest.raises(ConfigError, match="model package not found"):
+        load(tmp_path / "nope")
+    d = _copy(packages, "dense", tmp_path)
+    (d / "manifest.json").write_text("{not json")
+    with pytest.raises(DataFormatError, match=r"manifest\.json"):
+        load(d)
+    d = _copy(packages, "astra", tmp_path)
+    (d / "manifest.json").unlink()
+    with pytest.raises(DataFormatError, match="not a model package"):
+        load(d)
+    # a truncated weight file (an interrupted copy)
+    d = _copy(packages, "unidec", tmp_path)
+    w = d / "model" / "unidec_heads.pt"
+    w.write_bytes(w.read_bytes()[:100])
+    with pytest.raises(DataFormatError, match=r"unidec_heads\.pt: 100 bytes, the manifest says"):
+        load(d)
+    # same size, other content: found by --verify
+    d = _copy(packages, "tfidf_knn", tmp_path)
+    f = d / "tfidf" / "idf.npz"
+    data = bytearray(f.read_bytes())
+    data[-10] ^= 0xFF
+    f.write_bytes(bytes(data))
+    with pytest.raises(DataFormatError, match="SHA-256"):
+        load(d, verify=True)
+    # a label file that no longer matches the manifest (labels edited after packaging)
+    d = _copy(packages, "label_prior", tmp_path)
+    lines = (d / "labels.jsonl").read_text().splitlines()
+    lines[0], lines[1] = lines[1], lines[0]
+    (d / "labels.jsonl").write_text("\n".join(lines) + "\n")
+    m = json.loads((d / "manifest.json").read_text())
+    m["files"]["labels.jsonl"]["bytes"] = (d / "labels.jsonl").stat().st_size
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(DataFormatError, match="label-set hash"):
+        load(d)
+    # a manifest of a future format
+    d = _copy(packages, "tfidf_zeroshot", tmp_path)
+    m = json.loads((d / "manifest.json").read_text())
+    m["format_version"] = 99
+    (d / "manifest.json").write_text(json.dumps(m))
+    with pytest.raises(DataFormatError, match="format_version 99"):
+        load(d)
+
+
+def test_a_package_for_another_label_set_is_refused(packages, tmp_path):
+    uids, texts = semcor_labels()
+    pkg = load(packages["dense"], expect_labels=label_set_sha256(uids, texts))
+    assert pkg.n_labels == len(uids)
+    other = tmp_path / "lbl.jsonl"
+    other.write_text("".join(json.dumps({"uid": u, "text": t}) + "\n" for u, t in zip(uids[:-1], texts[:-1])))
+    with pytest.raises(ConfigError, match="built for another label set"):
+        load(packages["dense"], expect_labels=other)
+
+
+def test_registry_names_need_a_repository(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("XMC_REPO_DIR", raising=False)
+    with pytest.raises(ConfigError, match="no DVC repository here"):
+        xmc.load("astra#prod")
+    with pytest.raises(ConfigError, match="not a package folder nor a registry name"):
+        xmc.load("Astra!!")

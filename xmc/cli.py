@@ -1,0 +1,233 @@
+"""The ``xmc`` command: predict with, inspect, serve, list and promote model packages.
+
+    xmc predict MODEL [-k 10] [--input FILE|-] [--output FILE|-] [--format jsonl|tsv]
+    xmc info MODEL [--verify] [--json]
+    xmc serve MODEL [--host 127.0.0.1] [--port 8000]
+    xmc registry [NAME]
+    xmc promote NAME [--stage prod] [--force]
+
+MODEL is a package folder or a registry name (``astra``, ``astra#prod``, ``astra@v0.2.0``, ``#prod``).
+Errors are one line on stderr (exit 2: bad input or model, 3: resources, 1: other).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from xmc.errors import ConfigError
+
+
+def _serve_defaults() -> dict[str, Any]:
+    """``serve`` of the project's params.yaml when run inside the project, else the schema defaults."""
+    from xmc.config.schema import ServeConfig
+    from xmc.package.registry import find_repo
+
+    out = ServeConfig().model_dump()
+    repo = find_repo()
+    if repo is not None and (repo / "params.yaml").is_file():
+        try:
+            from xmc.config import load_params
+
+            out.update(load_params(repo / "params.yaml").get("serve") or {})
+        except Exception:  # noqa: BLE001 - a broken params file must not stop serving a package folder
+            pass
+    return out
+
+
+def _write_tsv(out: TextIO, uid: str, preds: list[Any]) -> None:
+    for rank, p in enumerate(preds, 1):
+        text = p.text.replace("\t", " ").replace("\n", " ")
+        out.write(f"{uid}\t{rank}\t{p.uid}\t{p.score:.6f}\t{text}\n")
+
+
+def cmd_predict(a: argparse.Namespace) -> None:
+    from xmc.io import atomic_file
+    from xmc.package import check_k, load
+    from xmc.package.inputs import iter_input
+    from xmc.package.registry import resolve
+
+    k = check_k(a.k)
+    if a.batch_size < 1 or a.batch_size > 65536:
+        raise ConfigError(f"--batch-size must be in [1, 65536] (got {a.batch_size})")
+    path = resolve(a.model)
+    if a.output != "-":
+        out_p = Path(a.output).resolve()
+        for what, p in (("input", a.input), ("model", path)):
+            if p != "-" and (out_p == Path(p).resolve() or Path(p).resolve() in out_p.parents):
+                raise ConfigError(f"{a.output}: the output would overwrite the {what} {p}")
+    if a.input != "-":
+        for _ in iter_input(a.input, a.input_format):  # a bad line fails before any output is written
+            pass
+    pkg = load(path, expect_labels=a.expect_labels)
+    n = 0
+
+    def write(out: TextIO) -> int:
+        count = 0
+        for uid, text, preds in pkg.predict_stream(iter_input(a.input, a.input_format), k, a.batch_size):
+            if a.format == "tsv":
+                _write_tsv(out, uid, preds)
+            else:
+                out.write(json.dumps({"id": uid, "text": text, "labels": [p.to_dict() for p in preds]},
+                                     ensure_ascii=False) + "\n")
+            count += 1
+        return count
+
+    if a.output == "-":
+        n = write(sys.stdout)
+        sys.stdout.flush()
+    else:
+        with atomic_file(a.output) as fh:
+            n = write(fh)
+    print(f"top-{k} labels of {n} texts from {pkg.name} ({pkg.method}, {pkg.n_labels} labels)"
+          + ("" if a.output == "-" else f" -> {a.output}"), file=sys.stderr)
+
+
+def _short_metrics(m: dict[str, Any]) -> str:
+    keys = ("P@1", "P@5", "PSP@5", "R@100")
+    return "  ".join(f"{k} {m[k]:.2f}" for k in keys if isinstance(m.get(k), (int, float))) or "-"
+
+
+def cmd_info(a: argparse.Namespace) -> None:
+    from xmc.package import load, read_manifest
+    from xmc.package.registry import resolve
+
+    path = resolve(a.model)
+    if a.verify:
+        load(path, verify=True)  # every file's SHA-256, the labels, the predictor
+    m = read_manifest(path)
+    if a.json:
+        print(json.dumps({k: v for k, v in m.items() if k != "files" or a.verify}, indent=2, ensure_ascii=False))
+        return
+    size = sum(int(f.get("bytes", 0)) for f in m["files"].values())
+    pred = m["predictor"]
+    print(f"{m['name']}: {m['method']} ({pred.get('kind')}{', space ' + pred['space'] if pred.get('space') else ''})")
+    print(f"  path        {path}  ({size / 1e6:.1f} MB, {len(m['files'])} files{', verified' if a.verify else ''})")
+    print(f"  labels      {m['labels']['count']}  (label-set sha256 {m['labels']['sha256'][:16]})")
+    ds = m.get("dataset") or {}
+    print(f"  data        {ds.get('source', '?')}  (sha256 {str(ds.get('sha256', '?'))[:16]}, "
+          f"{ds.get('train_instances', '?')} training instances)")
+    print(f"  code        {json.dumps(m.get('code', {}))}")
+    metrics = m.get("metrics") or {}
+    print(f"  validation  {_short_metrics(metrics.get('val') or {})}")
+    print(f"  test        {_short_metrics(metrics.get('tst') or {})}")
+
+
+def cmd_serve(a: argparse.Namespace) -> None:
+    from xmc.serve import serve
+
+    d = _serve_defaults()
+    serve(a.model or d.get("model") or "#prod", host=a.host or d["host"], port=a.port or d["port"],
+          limits={k: d[k] for k in ("max_texts", "max_chars", "max_k", "batch_size")}, token_env=a.token_env)
+
+
+def cmd_registry(a: argparse.Namespace) -> None:
+    from xmc.package.registry import artifacts, find_repo
+
+    repo = find_repo()
+    if repo is None:
+        raise ConfigError("no DVC repository here (run inside the project or set XMC_REPO_DIR)")
+    arts = artifacts(repo)
+    names = [a.name] if a.name else sorted(arts)
+    from gto.api import show
+
+    try:
+        table = show(str(repo), table=False)
+    except Exception:  # noqa: BLE001 - no tags yet
+        table = {}
+    table = table if isinstance(table, dict) else {}
+    print(f"{'artifact':<18} {'latest':<10} {'dev':<10} {'prod':<10} workspace")
+    for n in names:
+        if n not in arts:
+            raise ConfigError(f"no artifact {n!r} in {repo / 'dvc.yaml'}")
+        r = table.get(n) or {}
+        stages = r.get("stage") or {}
+        ws = "yes" if (repo / arts[n]["path"] / "manifest.json").is_file() else "no (dvc pull " + arts[n]["path"] + ")"
+        print(f"{n:<18} {r.get('version') or '-':<10} {stages.get('dev') or '-':<10} {stages.get('prod') or '-':<10} {ws}")
+
+
+def cmd_promote(a: argparse.Namespace) -> None:
+    from xmc.config import load_params
+    from xmc.package.registry import find_repo, promote
+
+    repo = find_repo()
+    if repo is None:
+        raise ConfigError("no DVC repository here (run inside the project or set XMC_REPO_DIR)")
+    reg = load_params(repo / "params.yaml").get("registry") or {}
+    res = promote(repo, a.name, a.stage or reg.get("stage", "prod"), reg.get("gate") or {}, force=a.force)
+    print(json.dumps(res, indent=2))
+    if not res["promote"] and not a.force:
+        sys.exit(4)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="xmc", description="Predict with, inspect, serve and promote xmc model packages. "
+                                 "MODEL is a package folder or a registry name (astra, astra#prod, astra@v0.2.0, #prod).")
+    ap.add_argument("--debug", action="store_true", help="full tracebacks instead of one-line errors")
+    sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("predict", help="top-k labels for texts (one per line, or JSON lines {id?, text})",
+                       description="Top-k labels for a file or stdin of texts: .txt one text per line, .jsonl "
+                       "{\"id\"?, \"text\"} per line; streamed in batches (bounded memory).")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("-k", type=int, default=10, help="labels per text (1..10000; default 10)")
+    p.add_argument("--input", default="-", help="input file, or - for stdin (default)")
+    p.add_argument("--input-format", default="auto", choices=("auto", "txt", "jsonl"),
+                   help="auto: .jsonl files are JSON lines, anything else one text per line")
+    p.add_argument("--output", default="-", help="output file (written atomically), or - for stdout (default)")
+    p.add_argument("--format", default="jsonl", choices=("jsonl", "tsv"),
+                   help="jsonl: {id, text, labels: [{label, uid, text, score}]}; tsv: id, rank, uid, score, label text")
+    p.add_argument("--batch-size", type=int, default=256, help="texts encoded at a time")
+    p.add_argument("--expect-labels", metavar="FILE|SHA256",
+                   help="refuse a package built for another label set (a labels JSON-lines file or its hash)")
+    p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("info", help="what a package is: method, labels, data, code, metrics",
+                       description="Print a package's manifest summary.")
+    p.add_argument("model", metavar="MODEL")
+    p.add_argument("--verify", action="store_true", help="also check every file's SHA-256 and load the model")
+    p.add_argument("--json", action="store_true", help="the manifest as JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("serve", help="HTTP service: POST /predict, GET /health, GET /model",
+                       description="Serve a package over HTTP (FastAPI + uvicorn). Loopback by default; any other "
+                       "host requires a bearer token in the environment variable named by --token-env.")
+    p.add_argument("model", metavar="MODEL", nargs="?", help="default: params registry.serve (#prod)")
+    p.add_argument("--host", default=None, help="default 127.0.0.1")
+    p.add_argument("--port", type=int, default=None, help="default 8000")
+    p.add_argument("--token-env", default="XMC_SERVE_TOKEN", help="environment variable holding the bearer token")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("registry", help="artifacts, their latest versions and stage labels",
+                       description="List the packages of dvc.yaml's artifacts with their GTO versions and stages.")
+    p.add_argument("name", nargs="?")
+    p.set_defaults(func=cmd_registry)
+
+    p = sub.add_parser("promote", help="gate a package on validation metrics and give it a stage",
+                       description="Register the committed package NAME at HEAD and assign it STAGE if its validation "
+                       "metrics do not fall below the current holder's by more than params registry.gate.max_drop. "
+                       "Exit 4 when the gate refuses.")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("--stage", default=None, help="default: params registry.stage (prod)")
+    p.add_argument("--force", action="store_true", help="assign even if the gate refuses")
+    p.set_defaults(func=cmd_promote)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> None:
+    import os
+
+    os.environ.setdefault("TQDM_DISABLE", "1")  # before tqdm is imported: no per-batch bars in predictions
+    from xmc.config import run_entry_point
+
+    args = build_parser().parse_args(argv)
+    if args.debug:
+        os.environ["XMC_DEBUG"] = "1"
+    run_entry_point(lambda: args.func(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""Texts to predict, streamed: a ``.txt`` (one text per line) or JSON lines (``{"id"?, "text"}``), from a file
+or standard input, with the same limits as the dataset readers (line length, total size, UTF-8, no NUL)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from xmc.errors import ConfigError, DataFormatError
+
+FORMATS = ("txt", "jsonl")
+
+
+def input_format(path: str, fmt: str = "auto") -> str:
+    if fmt != "auto":
+        if fmt not in FORMATS:
+            raise ConfigError(f"input format must be auto, txt or jsonl (got {fmt!r})")
+        return fmt
+    return "jsonl" if str(path).endswith((".jsonl", ".jsonl.gz", ".ndjson")) else "txt"
+
+
+def _lines(fh: BinaryIO, name: str) -> Iterator[tuple[int, str]]:
+    from xmc.data.formats import max_input_bytes, max_line_bytes
+
+    limit, total_limit, total, n = max_line_bytes(), max_input_bytes(), 0, 0
+    while True:
+        raw = fh.readline(limit + 1)
+        if not raw:
+            break
+        n += 1
+        total += len(raw)
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            raise DataFormatError(name, n, f"line longer than {limit} bytes (XMC_MAX_LINE_BYTES)")
+        if total > total_limit:
+            raise DataFormatError(name, n, f"more than {total_limit} bytes (XMC_MAX_INPUT_BYTES)")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataFormatError(name, n, f"not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})") from None
+        if "\x00" in line:
+            raise DataFormatError(name, n, "NUL byte in text (a binary file?)")
+        yield n, line.rstrip("\r\n")
+    if n == 0:
+        raise DataFormatError(name, None, "empty input: no texts to predict")
+
+
+def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[tuple[str, str]]:
+    for n, line in lines:
+        if fmt == "txt":
+            if not line.strip():
+                raise DataFormatError(name, n, "empty text (one text per line)")
+            yield str(n - 1), line.strip()
+            continue
+        if not line.strip():
+            continue  # blank lines between JSON records are harmless
+        try:
+            rec = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise DataFormatError(name, n, f"invalid JSON ({getattr(e, 'msg', 'nested too deeply')})") from None
+        if not isinstance(rec, dict):
+            raise DataFormatError(name, n, "expected a JSON object {\"id\"?, \"text\"}")
+        text = rec.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise DataFormatError(name, n, "missing or empty 'text'")
+        uid = rec.get("id", n - 1)
+        if not isinstance(uid, (str, int)) or isinstance(uid, bool):
+            raise DataFormatError(name, n, "'id' must be a string or an integer")
+        yield str(uid), text.strip()
+
+
+def iter_input(path: str | Path, fmt: str = "auto") -> Iterator[tuple[str, str]]:
+    """(id, text) pairs from ``path`` (``-`` = standard input), streamed; ids default to the 0-based row."""
+    name = str(path)
+    fmt = input_format(name, fmt)
+    if name == "-":
+        yield from _records(_lines(sys.stdin.buffer, "<stdin>"), "<stdin>", fmt)
+        return
+    import gzip
+
+    from xmc.data.formats import check_regular_file
+
+    p = Path(name)
+    if not p.exists():
+        raise DataFormatError(p, None, "input file not found")
+    check_regular_file(p)
+    with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as fh:
+        yield from _records(_lines(fh, name), name, fmt)
+
+
+__all__ = ["FORMATS", "input_format", "iter_input"]

@@ -1,0 +1,354 @@
+"""What a model package predicts with: one small class per kind of scorer, all with the same two calls.
+
+A predictor is built once from a trained model (``build``: writes its files into the package folder and
+returns its manifest section) and loaded from a package (``load``); ``search(texts, k)`` returns the
+(scores, label ids) of the top-k labels, ids ``-1`` where fewer than k labels exist. The package layer
+(:mod:`xmc.package.package`) adds label uids and texts, input checks and batching.
+
+Kinds:
+- ``dense``: an encoder and an ANN index over label vectors (DEXML, the MNRL peer, MACLR, RAMEN, the
+  zero-shot encoder; ASTRA, whose label vectors are its classifiers and whose queries get a constant 1
+  appended for the bias column).
+- ``unidec``: UniDEC's encoder and two heads; its ``space`` (``concat``, ``de`` or ``clf``) picks the index.
+- ``tfidf_zeroshot`` / ``tfidf_knn``: the TF-IDF vectoriser (plain data, no pickle) and the label or
+  training-instance matrices.
+- ``label_prior``: the training label frequencies.
+"""
+
+from __future__ import annotations
+
+import shutil
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.errors import ConfigError, DataFormatError
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """Copy a model folder into the package; hard links where the file system allows (the weights are
+    read-only once trained, and DVC stores one copy of identical files anyway)."""
+
+    def link_or_copy(s: str, d: str) -> None:
+        try:
+            Path(d).hardlink_to(s)
+        except OSError:
+            shutil.copy2(s, d)
+
+    shutil.copytree(src, dst, copy_function=link_or_copy,
+                    ignore=shutil.ignore_patterns("train_summary.json", "__pycache__", "README.md"))
+
+
+def _batched(fn: Any, texts: list[str], batch_size: int) -> list[Any]:
+    return [fn(texts[s : s + batch_size]) for s in range(0, len(texts), batch_size)]
+
+
+class Predictor(ABC):
+    """Top-k label search of one model kind."""
+
+    kind: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        """Write this predictor's files for the model at ``source`` into ``out``; return its manifest section."""
+
+    @classmethod
+    @abstractmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> Predictor:
+        """The predictor of the package at ``root`` (``section`` = the manifest's ``predictor``)."""
+
+    @abstractmethod
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """(scores (n, k) float32, label ids (n, k) int64) for ``texts``."""
+
+    def warm_up(self) -> None:
+        """Run one tiny prediction so the first request does not pay for lazy initialisation."""
+        self.search(["warm up"], 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# dense: encoder + ANN index (dual encoders, ASTRA)
+# ------------------------------------------------------------------------------------------------
+def _index_options(options: dict[str, Any]) -> dict[str, Any]:
+    icfg = options.get("index") or {}
+    return {"kind": icfg.get("kind", "exact"), "hnsw_m": int(icfg.get("hnsw_m", 32)),
+            "ef_search": int(icfg.get("ef_search", 128)), "nprobe": int(icfg.get("nprobe", 16))}
+
+
+class DensePredictor(Predictor):
+    """Query vector = encoder(text) (⊕ a constant for a bias column); labels = the index's vectors."""
+
+    kind = "dense"
+
+    def __init__(self, encoder: Any, index: Any, append_constant: float | None, batch_size: int) -> None:
+        self.encoder, self.index, self.append_constant, self.batch_size = encoder, index, append_constant, batch_size
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        from xmc.ann import ANNIndex
+        from xmc.encoders import load_encoder
+
+        bs = int(options.get("encode_batch_size", 256))
+        if (source / "astra.json").exists():
+            from xmc.methods.astra import ASTRAModel
+
+            model = ASTRAModel.load(source, label_texts)
+            vectors = model.all_label_vectors()
+            _copy_tree(source / "encoder", out / "encoder")
+            append: float | None = 1.0
+        else:
+            vectors = load_encoder(source).encode(label_texts, "label", bs, True)
+            _copy_tree(source, out / "encoder")
+            append = None
+        index = ANNIndex(**_index_options(options)).build(np.ascontiguousarray(vectors, dtype=np.float32))
+        index.save(out / "index")
+        return {"kind": cls.kind, "encoder": "encoder", "index": "index", "append_constant": append,
+                "dim": int(vectors.shape[1]), "encode_batch_size": bs}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> DensePredictor:
+        from xmc.ann import ANNIndex
+        from xmc.encoders import load_encoder
+
+        encoder = load_encoder(root / section.get("encoder", "encoder"))
+        encoder.eval()
+        index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
+        if index.ntotal != len(label_texts):
+            raise DataFormatError(root / "index", None, f"holds {index.ntotal} label vectors but the package has "
+                                  f"{len(label_texts)} labels (a package assembled from different runs)")
+        append = section.get("append_constant")
+        return cls(encoder, index, None if append is None else float(append), int(section.get("encode_batch_size", 256)))
+
+    def query_vectors(self, texts: list[str]) -> np.ndarray:
+        q = self.encoder.encode(texts, "query", self.batch_size, False)
+        if self.append_constant is not None:
+            q = np.hstack([q, np.full((len(q), 1), self.append_constant, np.float32)])
+        return np.ascontiguousarray(q, dtype=np.float32)
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        with torch.inference_mode():  # no autograd graph at prediction time
+            q = self.query_vectors(texts)
+        return self.index.search(q, k)
+
+
+# ------------------------------------------------------------------------------------------------
+# UniDEC: encoder + DE head + classifier head, one index per package for its space
+# ------------------------------------------------------------------------------------------------
+class UniDECPredictor(Predictor):
+    kind = "unidec"
+
+    def __init__(self, model: Any, index: Any, space: str, batch_size: int) -> None:
+        self.model, self.index, self.space, self.batch_size = model, index, space, batch_size
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        from xmc.ann import ANNIndex
+        from xmc.methods.unidec import SPACES, UniDECModel
+
+        space = options.get("space") or "concat"
+        if space not in SPACES:
+            raise ConfigError(f"package space must be one of {', '.join(SPACES)} (got {space!r})")
+        bs = int(options.get("encode_batch_size", 256))
+        model = UniDECModel.load(source, label_texts, space=space)
+        vectors = model.label_space_vectors(space, bs, progress=True)
+        index = ANNIndex(**_index_options(options)).build(np.ascontiguousarray(vectors, dtype=np.float32))
+        _copy_tree(source, out / "model")
+        index.save(out / "index")
+        return {"kind": cls.kind, "model": "model", "index": "index", "space": space, "dim": int(vectors.shape[1]),
+                "encode_batch_size": bs}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> UniDECPredictor:
+        from xmc.ann import ANNIndex
+        from xmc.methods.unidec import UniDECModel
+
+        space = section.get("space", "concat")
+        model = UniDECModel.load(root / section.get("model", "model"), label_texts, space=space)
+        index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
+        if index.ntotal != len(label_texts):
+            raise DataFormatError(root / "index", None, f"holds {index.ntotal} label vectors but the package has "
+                                  f"{len(label_texts)} labels")
+        return cls(model, index, space, int(section.get("encode_batch_size", 256)))
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        with torch.inference_mode():
+            q = self.model.query_space_vectors(texts, self.space, self.batch_size, progress=False)
+        return self.index.search(np.ascontiguousarray(q, dtype=np.float32), k)
+
+
+# ------------------------------------------------------------------------------------------------
+# TF-IDF baselines and the label prior
+# ------------------------------------------------------------------------------------------------
+def _load_vectorizer(d: Path) -> Any:
+    from xmc.baselines.tfidf import _vectorizer
+    from xmc.io import read_json_file
+
+    params = read_json_file(d / "settings.json", "TF-IDF settings")
+    vocab = read_json_file(d / "vocabulary.json", "a TF-IDF vocabulary")
+    if not isinstance(vocab, dict) or not isinstance(params, dict):
+        raise DataFormatError(d / "vocabulary.json", None, "not a TF-IDF vocabulary (a JSON object)")
+    vec = _vectorizer(params, vocabulary=vocab)
+    with np.load(d / "idf.npz", allow_pickle=False) as z:
+        vec.idf_ = z["idf"]
+    if len(vec.idf_) != len(vocab):
+        raise DataFormatError(d / "idf.npz", None, f"{len(vec.idf_)} idf values for {len(vocab)} terms")
+    return vec
+
+
+def _copy_vectorizer(src: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for f in ("vocabulary.json", "settings.json", "idf.npz"):
+        if not (src / f).exists():
+            raise DataFormatError(src / f, None, "missing from the TF-IDF features (rerun the tfidf stage)")
+        shutil.copy2(src / f, out / f)
+
+
+def _load_csr(path: Path) -> sp.csr_matrix:
+    try:
+        return sp.load_npz(path).tocsr()
+    except (OSError, ValueError) as e:
+        raise DataFormatError(path, None, f"not a sparse matrix ({str(e)[:120]})") from None
+
+
+class TfidfZeroShotPredictor(Predictor):
+    """Cosine between TF-IDF vectors of the text and of each label text; no training labels."""
+
+    kind = "tfidf_zeroshot"
+
+    def __init__(self, vectorizer: Any, X_label: sp.csr_matrix) -> None:
+        self.vectorizer, self.X_label = vectorizer, X_label
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        _copy_vectorizer(source, out / "tfidf")
+        X = _load_csr(source / "X_lbl.npz")
+        if X.shape[0] != len(label_texts):
+            raise DataFormatError(source / "X_lbl.npz", None, f"{X.shape[0]} label rows for {len(label_texts)} labels")
+        shutil.copy2(source / "X_lbl.npz", out / "tfidf" / "X_lbl.npz")
+        return {"kind": cls.kind, "tfidf": "tfidf"}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfZeroShotPredictor:
+        d = root / section.get("tfidf", "tfidf")
+        X = _load_csr(d / "X_lbl.npz")
+        if X.shape[0] != len(label_texts):
+            raise DataFormatError(d / "X_lbl.npz", None, f"{X.shape[0]} label rows for {len(label_texts)} labels")
+        return cls(_load_vectorizer(d), X)
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        from xmc.baselines.tfidf import tfidf_zero_shot
+
+        top = tfidf_zero_shot(self.vectorizer.transform(texts).tocsr(), self.X_label, k)
+        return top.scores.astype(np.float32), top.indices.astype(np.int64)
+
+
+class TfidfKNNPredictor(Predictor):
+    """The most similar training instances (TF-IDF cosine) vote for their labels with sim**power."""
+
+    kind = "tfidf_knn"
+
+    def __init__(self, vectorizer: Any, X_train: sp.csr_matrix, Y_train: sp.csr_matrix, n_neighbors: int,
+                 power: float) -> None:
+        self.vectorizer, self.X_train, self.Y_train = vectorizer, X_train, Y_train
+        self.n_neighbors, self.power = n_neighbors, power
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        from xmc.io import save_csr
+
+        _copy_vectorizer(source, out / "tfidf")
+        X = _load_csr(source / "X_trn.npz")
+        Y = options["train_labels"]
+        if Y.shape != (X.shape[0], len(label_texts)):
+            raise DataFormatError(source / "X_trn.npz", None, f"{X.shape[0]} training rows but the label matrix is "
+                                  f"{Y.shape[0]} x {Y.shape[1]} for {len(label_texts)} labels")
+        shutil.copy2(source / "X_trn.npz", out / "tfidf" / "X_trn.npz")
+        save_csr(out / "tfidf" / "Y_trn.npz", Y)
+        knn = options.get("tfidf_knn") or {}
+        return {"kind": cls.kind, "tfidf": "tfidf", "n_neighbors": int(knn.get("n_neighbors", 50)),
+                "power": float(knn.get("power", 1.0))}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfKNNPredictor:
+        d = root / section.get("tfidf", "tfidf")
+        X, Y = _load_csr(d / "X_trn.npz"), _load_csr(d / "Y_trn.npz")
+        if Y.shape != (X.shape[0], len(label_texts)):
+            raise DataFormatError(d / "Y_trn.npz", None, f"shape {Y.shape} does not fit {X.shape[0]} training rows "
+                                  f"and {len(label_texts)} labels")
+        return cls(_load_vectorizer(d), X, Y, int(section["n_neighbors"]), float(section.get("power", 1.0)))
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        from xmc.baselines.tfidf import knn_label_voting
+
+        top = knn_label_voting(self.vectorizer.transform(texts).tocsr(), self.X_train, self.Y_train,
+                               self.n_neighbors, k, power=self.power)
+        return top.scores.astype(np.float32), top.indices.astype(np.int64)
+
+
+class LabelPriorPredictor(Predictor):
+    """The most frequent training labels, whatever the text."""
+
+    kind = "label_prior"
+
+    def __init__(self, freq: np.ndarray) -> None:
+        self.freq = freq
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        from xmc.io import save_npz_deterministic
+
+        freq = np.asarray(options["train_labels"].sum(0)).ravel().astype(np.float32)
+        out.mkdir(parents=True, exist_ok=True)
+        save_npz_deterministic(out / "label_prior.npz", freq=freq)
+        return {"kind": cls.kind, "frequencies": "label_prior.npz"}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> LabelPriorPredictor:
+        path = root / section.get("frequencies", "label_prior.npz")
+        try:
+            with np.load(path, allow_pickle=False) as z:
+                freq = np.asarray(z["freq"], np.float32)
+        except (OSError, ValueError, KeyError) as e:
+            raise DataFormatError(path, None, f"not a label-frequency file ({str(e)[:120]})") from None
+        if freq.shape != (len(label_texts),):
+            raise DataFormatError(path, None, f"{freq.size} frequencies for {len(label_texts)} labels")
+        return cls(freq)
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        from xmc.baselines.tfidf import label_prior_predict
+
+        top = label_prior_predict(self.freq, len(texts), k)
+        return top.scores.astype(np.float32), top.indices.astype(np.int64)
+
+
+PREDICTORS: dict[str, type[Predictor]] = {p.kind: p for p in (DensePredictor, UniDECPredictor, TfidfZeroShotPredictor,
+                                                                TfidfKNNPredictor, LabelPriorPredictor)}
+
+
+def kind_of_source(source: Path, name: str) -> str:
+    """The predictor kind for a trained model folder (or a baseline's name)."""
+    if name in ("label_prior", "tfidf_zeroshot", "tfidf_knn"):
+        return name
+    if (source / "unidec.json").exists():
+        return "unidec"
+    if (source / "astra.json").exists() or (source / "xmc_encoder.json").exists():
+        return "dense"
+    raise ConfigError(f"{source}: not a trained model folder (no astra.json, unidec.json or xmc_encoder.json)")
+
+
+def predictor_class(kind: Any, where: Path) -> type[Predictor]:
+    if kind not in PREDICTORS:
+        raise DataFormatError(where, None, f"unknown predictor kind {kind!r} (expected one of {', '.join(PREDICTORS)})")
+    return PREDICTORS[kind]
+
+
+__all__ = ["PREDICTORS", "DensePredictor", "LabelPriorPredictor", "Predictor", "TfidfKNNPredictor",
+           "TfidfZeroShotPredictor", "UniDECPredictor", "kind_of_source", "predictor_class"]
