@@ -103,7 +103,8 @@ def deployed(stack, repo):
     out = stack.cli("--no-prompt", "deploy", "--all", "--prefect-file", "infra/prefect.yaml", cwd=repo,
                     XMC_REPO_DIR=str(repo))
     assert "nightly-retrain" in out.stdout + out.stderr
-    stack.start_worker("cpu", "cpu-test", cwd=repo, PYTHONPATH=str(repo))
+    # registry versions fetched by batch prediction go to a cache inside the test's folders, not ~/.cache
+    stack.start_worker("cpu", "cpu-test", cwd=repo, PYTHONPATH=str(repo), XMC_CACHE_DIR=str(repo.parent / "xmc-cache"))
     return repo
 
 
@@ -295,3 +296,40 @@ def test_input_errors_are_not_retried(stack, deployed):
     bad = [t for t in trs if t.name.startswith("bad_input")]
     assert bad and bad[0].run_count == 1, [(t.name, t.run_count) for t in trs]
     assert (deployed / "bad_input.count").read_text() == "1"
+
+
+def test_nightly_run_keeps_packages_promotes_through_the_gate_and_batch_predicts_prod(stack, deployed, tmp_path):
+    """The nightly deployment builds the packages, pushes them to the DVC remote, commits the results, promotes
+    params registry.promote through the validation gate; batch-predict then serves the prod package."""
+    import subprocess
+
+    from prefect.deployments import run_deployment
+    from prefect.settings import temporary_settings
+
+    from tests.pipeline_repo import run
+
+    run(["dvc", "remote", "add", "-f", "-d", "local", str(tmp_path / "remote")], deployed)
+    set_param(deployed, "registry.promote", ["tfidf_knn"])
+    run(["git", "add", "-A"], deployed)
+    run(["git", "commit", "-qm", "promote tfidf_knn nightly"], deployed)
+    with temporary_settings(stack.settings()):
+        fr = run_deployment("xmc-pipeline/nightly-retrain", parameters={"targets": ["report", "package"]}, timeout=0)
+    fr = wait_for_run(stack, fr.id, timeout=600)
+    assert fr.state.is_completed(), fr.state.message
+    tags = subprocess.run(["git", "tag"], cwd=deployed, capture_output=True, text=True).stdout.split()
+    assert "tfidf_knn@v0.1.0" in tags and "tfidf_knn#prod#1" in tags
+    log = subprocess.run(["git", "log", "-1", "--format=%s"], cwd=deployed, capture_output=True, text=True).stdout
+    assert log.startswith("nightly:")
+    assert list((tmp_path / "remote").rglob("*")), "nothing pushed to the remote"
+    arts = _client_call(stack, lambda c: c.read_artifacts())
+    assert any(a.key == "xmc-promotion" and "tfidf_knn | yes" in (a.data or "") for a in arts)
+    # batch prediction with no model named: params registry.serve = #prod = the package just promoted
+    (deployed / "batch").mkdir(exist_ok=True)
+    (deployed / "batch" / "in.txt").write_text("he went to the bank to deposit his money\nthe cat sat on the mat\n")
+    with temporary_settings(stack.settings()):
+        fr = run_deployment("xmc-batch-predict/batch-predict", parameters={
+            "input_path": "batch/in.txt", "output_path": "batch/out.jsonl", "repo_dir": str(deployed), "k": 3}, timeout=0)
+    fr = wait_for_run(stack, fr.id, timeout=300)
+    assert fr.state.is_completed(), fr.state.message
+    rows = [json.loads(x) for x in (deployed / "batch/out.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rows] == ["0", "1"] and all(len(r["labels"]) == 3 for r in rows)

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, env, make_repo, run, set_param, stages_run
+from tests.pipeline_repo import (SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, set_param,
+                                 stages_run)
 from tests.test_cli_serve import XMC
 from xmc.package.registry import gate
 
@@ -57,6 +58,7 @@ def test_gate_decisions():
 def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     ran = set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))
     assert {f"package@{m}" for m in BASELINES} <= ran
+    assert_packages_predict_like_the_pipeline(repo, BASELINES)
     run(["dvc", "push", "package"], repo)
     commit(repo, "first packages")
     p = xmc_in(repo, "promote", "tfidf_knn")
