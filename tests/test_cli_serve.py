@@ -205,6 +205,10 @@ def test_non_loopback_needs_a_token_and_checks_it(packages):
                 env={"XMC_SERVE_TOKEN": ""})
     err = p.stderr.decode().strip()
     assert p.returncode == 2 and len(err.splitlines()) == 1 and "bearer token" in err
+    other = packages["label_prior"].parent / "other_labels.jsonl"
+    other.write_text(json.dumps({"uid": "x", "text": "y"}) + "\n")
+    p = xmc_cmd("serve", str(packages["label_prior"]), "--port", str(free_port()), "--expect-labels", str(other))
+    assert p.returncode == 2 and b"built for another label set" in p.stderr
     token = "t0k3n-for-the-test-0123456789"
     s = Server(str(packages["label_prior"]), host="0.0.0.0", env={"XMC_SERVE_TOKEN": token})
     try:

@@ -121,7 +121,8 @@ def cmd_serve(a: argparse.Namespace) -> None:
 
     d = _serve_defaults()
     serve(a.model or d.get("model") or "#prod", host=a.host or d["host"], port=a.port or d["port"],
-          limits={k: d[k] for k in ("max_texts", "max_chars", "max_k", "batch_size")}, token_env=a.token_env)
+          limits={k: d[k] for k in ("max_texts", "max_chars", "max_k", "batch_size")}, token_env=a.token_env,
+          expect_labels=a.expect_labels)
 
 
 def cmd_registry(a: argparse.Namespace) -> None:
@@ -199,6 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=None, help="default 127.0.0.1")
     p.add_argument("--port", type=int, default=None, help="default 8000")
     p.add_argument("--token-env", default="XMC_SERVE_TOKEN", help="environment variable holding the bearer token")
+    p.add_argument("--expect-labels", metavar="FILE|SHA256",
+                   help="refuse to start with a package built for another label set")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("registry", help="artifacts, their latest versions and stage labels",

@@ -127,7 +127,7 @@ def create_app(pkg: Any, limits: dict[str, int] | None = None, token: str | None
 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, limits: dict[str, int] | None = None,
-          token_env: str = "XMC_SERVE_TOKEN") -> None:
+          token_env: str = "XMC_SERVE_TOKEN", expect_labels: str | None = None) -> None:
     """Load ``model`` (a package folder or registry name) and serve it until interrupted."""
     import uvicorn
 
@@ -142,7 +142,7 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, limits: dict[st
             raise ConfigError(f"${token_env} is shorter than {MIN_TOKEN_CHARS} characters")
     if not 1 <= int(port) <= 65535:
         raise ConfigError(f"--port must be in [1, 65535] (got {port})")
-    pkg = load_model(model)
+    pkg = load_model(model, expect_labels=expect_labels)
     pkg.predictor.warm_up()
     app = create_app(pkg, limits, token)
     log.info("serving %s (%s, %d labels) on http://%s:%d%s", pkg.name, pkg.method, pkg.n_labels, host, port,
