@@ -309,6 +309,9 @@ def test_nightly_run_keeps_packages_promotes_through_the_gate_and_batch_predicts
     from tests.pipeline_repo import run
 
     run(["dvc", "remote", "add", "-f", "-d", "local", str(tmp_path / "remote")], deployed)
+    # the data of the module's repository (the validation-failure test points it at a broken dataset)
+    set_param(deployed, "data.dataset_dir", str(SEMCOR))
+    set_param(deployed, "data.subsample", {"trn": 2, "tst": 1, "unit": "documents", "labels": "all"})
     set_param(deployed, "registry.promote", ["tfidf_knn"])
     run(["git", "add", "-A"], deployed)
     run(["git", "commit", "-qm", "promote tfidf_knn nightly"], deployed)

@@ -568,7 +568,7 @@ class OrchestrationConfig(Section):
 
 class PackageSpec(Section):
     OPTIONAL = frozenset({"space"})
-    source: str                       # what the package is built from: models/<run>, data/tfidf, data/processed
+    source: str                       # what the package is built from: models/<run>, data/tfidf, data/processed/trn_Y.npz
     space: Literal["concat", "de", "clf"] | None = None   # UniDEC: which retrieval space the package serves
 
 
