@@ -1,6 +1,6 @@
 """The pipeline flow: every DVC stage as a Prefect task, in DAG order.
 
-Heavy stages (training of every method, ``index@*``) go to the GPU work pool when a deployment
+Heavy stages (training of every method, ``predict@*``) go to the GPU work pool when a deployment
 ``xmc-stage/gpu`` exists and its pool has an online worker; otherwise they run in-process.
 Run locally (ephemeral Prefect server): ``python -m flows.pipeline [stage ...]``.
 """
@@ -20,7 +20,7 @@ from flows.guard import confine_name, confine_repo, repo_lock
 from xmc.config import load_params, set_offline_env
 
 # every stage that trains or encodes with a neural encoder
-GPU_STAGE_PATTERNS = ("train@*", "train_*", "index@*", "maclr@*", "maclr_fewshot@*", "unidec@*", "astra@*")
+GPU_STAGE_PATTERNS = ("train@*", "train_*", "predict@*", "predict_unidec@*")
 
 
 def _gpu_deployment_ready(name: str) -> bool:
@@ -90,7 +90,7 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
 
 def stage_timeout(orch: dict[str, Any], stage: str) -> float:
     """``orchestration.stage_timeouts`` (fnmatch patterns such as ``train@*``) or ``stage_timeout_seconds``."""
-    for pattern, seconds in orch.get("stage_timeouts", {}).items():
+    for pattern, seconds in orch["stage_timeouts"].items():
         if fnmatch.fnmatch(stage, pattern):
             return float(seconds)
     return float(orch["stage_timeout_seconds"])

@@ -16,7 +16,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
 from flows.dvc_tasks import _dvc, _env
-from flows.guard import confine_repo, repo_lock
+from flows.guard import confine_repo
 from xmc.config import load_params, set_offline_env
 
 RESULT_PATHS = ("dvc.lock", "metrics", "metrics_val", "reports", "plots")

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     pred_path = pred_dir / f"{split}_topk.npz"
     if not pred_path.exists():
         raise ConfigError(f"{pred_path}: no predictions for method {method!r}")
-    data = Path(params["data"].get("processed_dir", "data/processed"))
+    data = Path(params["data"]["processed_dir"])
     trn_Y = _load_csr(data / "trn_Y.npz")
     Y = _load_csr(data / f"{split}_Y.npz")
     filt = _load_csr(data / "tst_filter.npz") if split == "tst" and (data / "tst_filter.npz").exists() else None

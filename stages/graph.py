@@ -31,23 +31,23 @@ log = logging.getLogger("stages.graph")
 
 def derive_sets(params: dict, gcfg: dict, ds) -> dict[str, AnchorSet]:
     sets: dict[str, AnchorSet] = {}
-    wcfg = gcfg.get("wordnet") or {}
-    if wcfg.get("enabled", True):
+    wcfg = gcfg["wordnet"]
+    if wcfg["enabled"]:
         sets["wordnet"] = wordnet_label_set(params["data"]["dataset_dir"], gcfg["wordnet_dir"], ds.n_labels,
-                                            list(wcfg.get("relations", [])), int(wcfg.get("hypernym_levels", 1)),
+                                            list(wcfg["relations"]), wcfg["hypernym_levels"],
                                             label_uids=list(ds.label_uids))
-    dcfg = gcfg.get("document") or {}
-    if dcfg.get("enabled", True):
-        sets["document"] = document_query_set(ds.trn, int(dcfg.get("window", 2)))
+    dcfg = gcfg["document"]
+    if dcfg["enabled"]:
+        sets["document"] = document_query_set(ds.trn, dcfg["window"])
     return sets
 
 
 def main() -> None:
     params = load_params()
     gcfg = params["ramen"]["graph"]
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
+    ds = load_processed(params["data"]["processed_dir"], splits=("trn", "val"))
     t0 = time.perf_counter()
-    if gcfg.get("source_dir"):
+    if gcfg["source_dir"]:
         sets = load_graph_dir(gcfg["source_dir"], len(ds.trn), ds.n_labels)
     else:
         sets = derive_sets(params, gcfg, ds)
@@ -73,14 +73,14 @@ def main() -> None:
                      timing[f"random_walk {name}/{side}"])
             new_edges[side] = aug
         augmented[name] = AnchorSet(name, aset.anchor_ids, aset.anchor_texts, new_edges)
-    out = Path(gcfg.get("out_dir", "data/graph"))
+    out = Path(gcfg["out_dir"])
     t1 = time.perf_counter()
     with atomic_dir(out) as tmp:
         for name in sets:
             save_anchor_set(sets[name], tmp / "raw")
             save_anchor_set(augmented[name], tmp / "augmented")
     timing["write"] = time.perf_counter() - t1
-    report_dir = Path(params.get("validate", {}).get("report_dir", "reports/validation"))
+    report_dir = Path(params["validate"]["report_dir"])
     report_dir.mkdir(parents=True, exist_ok=True)
     with atomic_file(report_dir / "graph.html") as fh:
         fh.write(stats_html("RAMEN graph metadata: before and after random walk with restart", stats, timing))

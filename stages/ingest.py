@@ -12,19 +12,18 @@ log = logging.getLogger("stages.ingest")
 
 def main() -> None:
     p = load_params()["data"]
-    ds = load_dataset_dir(p["dataset_dir"], layout=p.get("layout", "auto"),
-                          uid_separator=p.get("uid_separator"), text_fields=p.get("text_fields"))
-    sub = p.get("subsample") or {}
-    if sub.get("trn") or sub.get("tst") or sub.get("labels", "all") != "all":
-        ds = subsample(ds, int(sub.get("trn") or 0), int(sub.get("tst") or 0), sub.get("unit", "documents"),
-                       sub.get("labels", "all"))
-    vcfg = p.get("validation") or {}
-    if ds.val is not None and vcfg.get("use_shipped", True):
+    ds = load_dataset_dir(p["dataset_dir"], layout=p["layout"], uid_separator=p["uid_separator"],
+                          text_fields=p["text_fields"])
+    sub = p["subsample"]
+    if sub["trn"] or sub["tst"] or sub["labels"] != "all":
+        ds = subsample(ds, sub["trn"], sub["tst"], sub["unit"], sub["labels"])
+    vcfg = p["validation"]
+    if ds.val is not None and vcfg["use_shipped"]:
         ds.meta["validation"] = {"source": "shipped with the dataset", "instances": len(ds.val)}
     else:
         ds.val = None
-        ds = split_validation(ds, float(vcfg.get("fraction", 0.1)), int(vcfg.get("seed", 0)))
-    meta = save_processed(ds, p.get("processed_dir", "data/processed"))
+        ds = split_validation(ds, vcfg["fraction"], vcfg["seed"])
+    meta = save_processed(ds, p["processed_dir"])
     log.info("validation split: %s", meta["validation"])
     log.info("ingested %s: %s", p["dataset_dir"], meta["counts"])
 

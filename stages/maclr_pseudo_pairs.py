@@ -2,7 +2,7 @@
 
 Reads instance and label *texts* only (xmc.maclr.corpus.load_texts_only: trn.jsonl, lbl.jsonl; never
 trn_Y.npz) and writes them, the ICT pairs and the TF-IDF top-k, which is all the zero-shot training
-stage (stages.maclr) reads. Usage: ``python -m stages.maclr_pseudo_pairs``.
+stage (``stages.train <maclr run>``) reads. Usage: ``python -m stages.maclr_pseudo_pairs``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _raw_titles(params: dict) -> tuple[list[str], list[str]] | None:
     """(titles, contents) of the raw JSON-lines training file when the dataset has titles; the records'
     label fields are dropped as they are read."""
     data = params["data"]
-    meta = json.loads((Path(data.get("processed_dir", "data/processed")) / "source.json").read_text())
+    meta = json.loads((Path(data["processed_dir"]) / "source.json").read_text())
     if meta.get("layout") != "jsonl" or "title" not in (meta.get("text_fields") or []):
         return None
     src = Path(meta["source"]) / "trn.jsonl"
@@ -36,7 +36,7 @@ def _raw_titles(params: dict) -> tuple[list[str], list[str]] | None:
 
 def build_pairs(params: dict) -> PseudoPairs:
     cfg = params["maclr"]["pairs"]
-    corpus = load_texts_only(params["data"].get("processed_dir", "data/processed"))
+    corpus = load_texts_only(params["data"]["processed_dir"])
     t0 = time.perf_counter()
     titled = _raw_titles(params)
     if titled is not None and len(titled[0]) == len(corpus):

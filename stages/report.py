@@ -26,19 +26,19 @@ from xmc.report import comparison_rows, paired_comparisons, render_html, render_
 
 def main() -> None:
     params = load_params()
-    rep: dict[str, Any] = params.get("report") or {}
+    rep: dict[str, Any] = params["report"]
     boot = bootstrap_settings(params)
-    alpha = float(rep.get("alpha", 0.05))
+    alpha = rep["alpha"]
     out = Path("reports")
     name = Path(params["data"]["dataset_dir"]).name
     ablations = "--ablations" in sys.argv[1:]
-    pairs = list(rep.get("paired") or []) + (list(rep.get("paired_ablations") or []) if ablations else [])
+    pairs = list(rep["paired"]) + (list(rep["paired_ablations"]) if ablations else [])
     dirs = [EVALUATION_DIR / "tst"] + ([EVALUATION_DIR / "ablations"] if ablations else [])
     paired, skipped = paired_comparisons(pairs, dirs, alpha=alpha, **boot)
     kw: dict[str, Any] = {"bootstrap": boot, "paired": paired, "alpha": alpha, "skipped": skipped}
     if ablations:
         rows = comparison_rows("metrics", params["methods"]) + comparison_rows(
-            Path("ablations") / "metrics", params.get("ablations") or [])
+            Path("ablations") / "metrics", params["ablations"])
         title = f"XMC methods and their ablations on {name} (test split)"
         write_json(out / "paired_ablations.json", paired)
         with atomic_file(out / "ablations.md") as fh:
@@ -47,7 +47,7 @@ def main() -> None:
             fh.write(render_html(rows, title, [], **kw))
         return
     rows = comparison_rows("metrics", params["methods"])
-    seeds = seed_rows("metrics", rep.get("seeds"))
+    seeds = seed_rows("metrics", rep["seeds"])
     title = f"XMC comparison on {name} (test split)"
     images = render_plots(rows, Path("plots") / "eval", out / "figures")
     write_json(out / "paired.json", paired)

@@ -20,10 +20,9 @@ from xmc.report.selection import render_selection_html, render_selection_markdow
 
 def main() -> None:
     params = load_params()
-    selection: dict[str, Any] = params.get("selection") or {}
+    selection: dict[str, Any] = params["selection"]
     boot = bootstrap_settings(params)
-    choices = (selection.get("choices") or {}).values()
-    runs = sorted({str(r) for c in choices for r in (c.get("candidates") or {}).values()})
+    runs = sorted({str(r) for c in selection["choices"].values() for r in c["candidates"].values()})
     metric_files = {r: VAL_METRICS_DIR / f"{r}.json" for r in runs}
     val_metrics = {r: read_json(f) for r, f in metric_files.items() if f.exists()}
     contrib_files = {r: contrib_path(r, "val") for r in runs}
@@ -31,7 +30,7 @@ def main() -> None:
     report = select_all(selection, val_metrics, val_contrib, **boot)
 
     # MACLR is zero-shot on training data but its settings are chosen with validation labels: say how many
-    val_Y = Path((params.get("data") or {}).get("processed_dir", "data/processed")) / "val_Y.npz"
+    val_Y = Path(params["data"]["processed_dir"]) / "val_Y.npz"
     n_pairs = int(sp.load_npz(val_Y).nnz) if val_Y.exists() else None
     for c in report["choices"]:
         if c.get("method") != "maclr":

@@ -16,7 +16,7 @@ from xmc.io import write_json
 
 def main() -> None:
     params = load_params()
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"), splits=("trn", "val"))
+    ds = load_processed(params["data"]["processed_dir"], splits=("trn", "val"))
     t0 = time.perf_counter()
     feats = fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"])
     fit_seconds = time.perf_counter() - t0

@@ -20,8 +20,8 @@ GATE_TABLES = ("trn", "val", "lbl")
 
 def main() -> None:
     params = load_params()
-    out = Path(params["validate"].get("report_dir", "reports/validation"))
-    ds = load_processed(params["data"].get("processed_dir", "data/processed"))
+    out = Path(params["validate"]["report_dir"])
+    ds = load_processed(params["data"]["processed_dir"])
     summary = validate_dataset(ds, params["validate"])
     summary.extra_sections["Validation split (every choice is made on it; test is only reported)"] = \
         ds.meta.get("validation", {"source": "unknown"})

@@ -63,7 +63,7 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
         extra.setdefault("validated", list(extra["methods"]))
         # ... and packages just those of them that the default params package
         defaults = yaml.safe_load((ROOT / "params.yaml").read_text())
-        extra.setdefault("packages", {k: v for k, v in defaults["packages"].items() if k in extra["methods"]})
+        extra.setdefault("packages", [k for k in defaults["packages"] if k in extra["methods"]])
         extra.setdefault("registry.promote", [k for k in defaults["registry"]["promote"] if k in extra["packages"]])
     for k, v in extra.items():
         set_param(dest, k, v)

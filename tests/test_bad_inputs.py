@@ -32,7 +32,7 @@ TRN = [f"training text {i} on topic {i % 5} with words w{i}" for i in range(24)]
 TST = [f"test text {i} on topic {i % 5}" for i in range(6)]
 TRN_ROWS = [f"{i % 12}:1.0 {(i + 3) % 12}:1.0" for i in range(24)]
 TST_ROWS = [f"{i % 12}:1.0" for i in range(6)]
-OUTPUT_DIRS = ("data", "models", "indexes", "predictions", "batch/out")
+OUTPUT_DIRS = ("data", "models", "indexes", "predictions", "packages", "batch/out")
 
 
 def write_dataset(d: Path) -> Path:
@@ -90,26 +90,24 @@ def repo(tmp_path_factory) -> Path:
     assert code == 0, err
     code, err = run_stage("stages.tfidf", [], r)
     assert code == 0, err
-    # a model package (bag-of-words encoder) and the index over its label vectors
-    from xmc.ann import ANNIndex
+    # a model package (bag-of-words encoder, its label index, labels and manifest) built as the pipeline does
     from xmc.data import load_processed
     from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.package import build_package
 
     ds = load_processed(r / "data/processed", splits=("trn", "val"))
     enc = HashedBagOfWordsEncoder(dim=16, n_buckets=4096, ngram_max=1, seed=0)
     enc.save(r / "models/tiny")
-    idx = ANNIndex(kind="exact")
-    idx.build(enc.encode(ds.label_texts, "label"))
-    idx.save(r / "indexes/tiny")
+    build_package(r / "packages/tiny", name="tiny", method="dexml", source=r / "models/tiny", label_uids=ds.label_uids,
+                  label_texts=ds.label_texts, options={"index": {"kind": "exact"}}, repo=r)
     (r / "batch").mkdir()
     (r / "batch/in.txt").write_text("a query about topic 1\nanother query\n")
-    code, err = run_stage("xmc.predict", PREDICT_ARGS, r)
+    code, err = run_stage("xmc.cli", PREDICT_ARGS, r)
     assert code == 0, err
     return r
 
 
-PREDICT_ARGS = ["--model", "models/tiny", "--index", "indexes/tiny", "--input", "batch/in.txt",
-                "--output", "batch/out/pred.jsonl", "-k", "3"]
+PREDICT_ARGS = ["predict", "packages/tiny", "--input", "batch/in.txt", "--output", "batch/out/pred.jsonl", "-k", "3"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -421,61 +419,77 @@ def test_bad_processed_artefact(repo, processed_restore, case):
 
 
 # ------------------------------------------------------------------------------------------------
-# 4. model packages, indexes and prediction input (python -m xmc.predict)
+# 4. model packages and prediction input (xmc predict PACKAGE)
 class _Planted:
     def __reduce__(self):
         return (os.system, ("touch PLANTED_CODE_RAN",))
 
 
-def _model_copy(repo: Path, tmp: Path) -> Path:
-    m = tmp / "model"
-    shutil.copytree(repo / "models/tiny", m)
-    return m
+def _pkg(repo: Path, tmp: Path, edit: Callable[[Path], object] | None = None) -> dict[str, str]:
+    """A copy of the tiny package, edited; the MODEL argument pointing at it."""
+    p = tmp / "pkg"
+    shutil.copytree(repo / "packages/tiny", p)
+    if edit is not None:
+        edit(p)
+    return {"MODEL": str(p)}
 
 
-def _index_copy(repo: Path, tmp: Path) -> Path:
-    i = tmp / "index"
-    shutil.copytree(repo / "indexes/tiny", i)
-    return i
+def _same_size(p: Path, data: bytes, pad: bytes = b" ") -> Path:
+    """Overwrite ``p`` with ``data`` padded to the file's size: the package's size check passes, so the
+    loader of that file must find the problem itself."""
+    size = p.stat().st_size
+    assert len(data) <= size, (p, len(data), size)
+    return _write(p, data + pad * (size - len(data)))
+
+
+def _one_label(p: Path) -> Path:
+    line = b'{"uid": "a", "text": "x"}'
+    return _same_size(p, line + b" " * (p.stat().st_size - len(line) - 1) + b"\n", b"")
 
 
 PREDICT_CASES = {
     # name: (setup(repo, tmp) -> {arg: value}, expected fragments)
-    "model_folder_missing": (lambda r, t: {"--model": str(t / "nope")}, ["nope", "model folder not found"]),
-    "model_without_description": (lambda r, t: {"--model": str(_rm(_model_copy(r, t) / "xmc_encoder.json").parent)},
-                                  ["xmc_encoder.json", "not a saved encoder folder"]),
-    "model_description_malformed": (lambda r, t: {"--model": str(_write(_model_copy(r, t) / "xmc_encoder.json",
-                                                                        b'{"kind": "bow",').parent)},
-                                    ["xmc_encoder.json:1", "malformed JSON"]),
-    "model_weights_random_bytes": (lambda r, t: {"--model": str(_write(_model_copy(r, t) / "bow_encoder.pt",
-                                                                       os.urandom(500)).parent)},
-                                   ["bow_encoder.pt", "not a tensor file"]),
-    "model_weights_planted_pickle": (lambda r, t: {"--model": str(_write(_model_copy(r, t) / "bow_encoder.pt",
-                                                                         pickle.dumps(_Planted())).parent)},
+    "package_folder_missing": (lambda r, t: {"MODEL": str(t / "nope")}, ["nope", "not found"]),
+    "package_without_manifest": (lambda r, t: _pkg(r, t, lambda p: (p / "manifest.json").unlink()),
+                                 ["manifest.json"]),
+    "manifest_malformed": (lambda r, t: _pkg(r, t, lambda p: _write(p / "manifest.json", b'{"format":')),
+                           ["manifest.json", "JSON"]),
+    "file_missing": (lambda r, t: _pkg(r, t, lambda p: (p / "encoder/xmc_encoder.json").unlink()),
+                     ["xmc_encoder.json", "listed in the manifest but missing"]),
+    "index_folder_missing": (lambda r, t: _pkg(r, t, lambda p: shutil.rmtree(p / "index")), ["index", "missing"]),
+    "file_truncated": (lambda r, t: _pkg(r, t, lambda p: _write(p / "encoder/bow_encoder.pt",
+                                                               (p / "encoder/bow_encoder.pt").read_bytes()[:1000])),
+                       ["bow_encoder.pt", "corrupt or partly copied"]),
+    "encoder_description_malformed": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "encoder/xmc_encoder.json",
+                                                                                    b'{"kind": "bow",')),
+                                      ["xmc_encoder.json:1", "malformed JSON"]),
+    "encoder_weights_random_bytes": (lambda r, t: _pkg(r, t, lambda p: _same_size(
+        p / "encoder/bow_encoder.pt", os.urandom((p / "encoder/bow_encoder.pt").stat().st_size))),
                                      ["bow_encoder.pt", "not a tensor file"]),
-    "model_weights_wrong_shape": (lambda r, t: {"--model": str(_write(_model_copy(r, t) / "xmc_encoder.json", json.dumps(
-        {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 1, "tied": True}).encode()).parent)},
-                                  ["bow_encoder.pt", "does not match"]),
-    "index_missing": (lambda r, t: {"--index": str(t / "noindex")}, ["noindex", "index folder not found"]),
-    "index_faiss_corrupt": (lambda r, t: {"--index": str(_write(_index_copy(r, t) / "ann" / "index.faiss"
-                                                                if (r / "indexes/tiny/ann").exists() else
-                                                                _index_copy(r, t) / "index.faiss", os.urandom(64)).parent)},
+    "encoder_weights_planted_pickle": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "encoder/bow_encoder.pt",
+                                                                                     pickle.dumps(_Planted()), b"\0")),
+                                       ["bow_encoder.pt", "not a tensor file"]),
+    "encoder_weights_wrong_shape": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "encoder/xmc_encoder.json", json.dumps(
+        {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 1, "tied": True}).encode())),
+                                    ["bow_encoder.pt", "does not match"]),
+    "index_faiss_corrupt": (lambda r, t: _pkg(r, t, lambda p: _same_size(
+        p / "index/index.faiss", os.urandom((p / "index/index.faiss").stat().st_size))),
                             ["index.faiss", "not a faiss index"]),
-    "index_description_malformed": (lambda r, t: {"--index": str(_write(_index_copy(r, t) / "index.json", b"{").parent)},
+    "index_description_malformed": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "index/index.json", b"{")),
                                     ["index.json", "not an index description"]),
+    "labels_do_not_match_index": (lambda r, t: _pkg(r, t, lambda p: _one_label(p / "labels.jsonl")),
+                                  ["labels.jsonl", "1 label"]),
+    "package_for_another_label_set": (lambda r, t: {"--expect-labels": "0" * 64}, ["label set"]),
     "k_zero": (lambda r, t: {"-k": "0"}, ["k must be an integer in [1, 10000]"]),
     "k_huge": (lambda r, t: {"-k": str(10**9)}, ["k must be an integer in [1, 10000]"]),
     "input_empty_line": (lambda r, t: {"--input": str(_write(t / "in.txt", b"good text\n\nmore\n"))}, ["in.txt:2", "empty text"]),
     "input_jsonl_without_text": (lambda r, t: {"--input": str(_write(t / "in.jsonl", b'{"id": 1}\n'))},
-                                 ["in.jsonl:1", "missing or empty 'text'"]),
+                                 ["in.jsonl:1", "'text'"]),
     "input_not_utf8": (lambda r, t: {"--input": str(_write(t / "in.txt", b"ok\n\xff\xfe bad\n"))}, ["in.txt:2", "UTF-8"]),
-    "input_missing": (lambda r, t: {"--input": str(t / "absent.txt")}, ["absent.txt", "file not found"]),
+    "input_missing": (lambda r, t: {"--input": str(t / "absent.txt")}, ["absent.txt", "not found"]),
     "input_dev_zero": (lambda r, t: {"--input": "/dev/zero"}, ["/dev/zero", "not a regular file"]),
     "output_overwrites_input": (lambda r, t: {"--output": "batch/in.txt"}, ["the output would overwrite the input"]),
-    "output_inside_model": (lambda r, t: {"--output": "models/tiny/pred.jsonl"}, ["the output would overwrite the model"]),
-    "labels_do_not_match_index": (lambda r, t: {"--labels": str(_write(t / "lbl.jsonl", b'{"uid": "a", "text": "x"}\n')),
-                                                "-k": "1"},
-                                  ["index holds 12 vectors", "1 labels"]),
+    "output_inside_model": (lambda r, t: {"--output": "packages/tiny/pred.jsonl"}, ["the output would overwrite the model"]),
 }
 
 
@@ -493,10 +507,12 @@ def _rm(p: Path) -> Path:
 @pytest.mark.parametrize("case", sorted(PREDICT_CASES))
 def test_bad_model_package_or_prediction_input(repo, tmp_path, case):
     setup, expected = PREDICT_CASES[case]
-    args = dict(zip(PREDICT_ARGS[::2], PREDICT_ARGS[1::2]))
+    args = dict(zip(PREDICT_ARGS[2::2], PREDICT_ARGS[3::2]))
+    args["MODEL"] = PREDICT_ARGS[1]
     args.update(setup(repo, tmp_path))
     before = snapshot(repo)
-    code, err = run_stage("xmc.predict", [x for kv in args.items() for x in kv], repo)
+    argv = ["predict", args.pop("MODEL")] + [x for kv in args.items() for x in kv]
+    code, err = run_stage("xmc.cli", argv, repo)
     assert_one_line_error(code, err, expected)
     assert snapshot(repo) == before
     assert not (repo / "PLANTED_CODE_RAN").exists() and not (tmp_path / "PLANTED_CODE_RAN").exists()

@@ -37,8 +37,8 @@ def test_dense_methods_train_index_and_land_in_the_report(repo):
     p = run(["dvc", "repro", "report"], repo, timeout=900)
     ran = set(stages_run(p.stdout))
     for name in ("dexml", "dexml_bow", "dexml_bow_softmax", "dexml_bow_inbatch"):
-        assert f"train@{name}" in ran and f"index@{name}" in ran and f"evaluate@{name}" in ran
-    assert {"train_st_mnrl", "pretrained@minilm_zeroshot", "index@st_mnrl"} <= ran
+        assert f"train@{name}" in ran and f"predict@{name}" in ran and f"evaluate@{name}" in ran
+    assert {"train_st_mnrl", "train_pretrained@minilm_zeroshot", "predict@st_mnrl"} <= ran
     table = (repo / "reports/comparison.md").read_text()
     for m in ("minilm_zeroshot", "st_mnrl", "dexml", "dexml_bow_inbatch"):
         assert f"| {m} |" in table

@@ -77,12 +77,12 @@ def test_index_killed_while_writing_reruns_to_the_same_output(repo):
     if not (repo / "data/processed").exists():
         assert run(repo, ["stages.ingest"]).returncode == 0
     HashedBagOfWordsEncoder(dim=16, n_buckets=4096, ngram_max=1, seed=0).save(repo / "models/tiny_bow")
-    p = run(repo, ["stages.index", "tiny_bow", "val"])
+    p = run(repo, ["stages.predict", "tiny_bow", "val"])
     assert p.returncode == 0, p.stderr
     reference = digest(repo / "indexes/tiny_bow") | digest(repo / "predictions/tiny_bow", skip=("timing.json",))
-    killed = run(repo, ["stages.index", "tiny_bow", "val"], kill_at="atomic_dir.before_replace")
+    killed = run(repo, ["stages.predict", "tiny_bow", "val"], kill_at="atomic_dir.before_replace")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    p = run(repo, ["stages.index", "tiny_bow", "val"])
+    p = run(repo, ["stages.predict", "tiny_bow", "val"])
     assert p.returncode == 0, p.stderr
     assert digest(repo / "indexes/tiny_bow") | digest(repo / "predictions/tiny_bow", skip=("timing.json",)) == reference
     assert leftovers(repo / "indexes") == [] and leftovers(repo / "predictions") == []

@@ -246,7 +246,7 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
     params["predictions"], params["unidec_predictions"] = {}, {}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XMC_THREADS": "1"}
-    for cmd in (["stages.maclr_pseudo_pairs"], ["stages.maclr", "tiny"]):
+    for cmd in (["stages.maclr_pseudo_pairs"], ["stages.train", "tiny"]):
         p = subprocess.run([sys.executable, "-m", *cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
     summary = json.loads((tmp_path / "models/tiny/train_summary.json").read_text())
@@ -256,7 +256,7 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
 
 def test_dvc_zero_shot_stages_do_not_depend_on_the_label_matrix():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for name in ("maclr_pseudo_pairs", "maclr"):
+    for name in ("maclr_pseudo_pairs", "train_maclr"):
         deps = stages[name].get("deps", []) if "do" not in stages[name] else stages[name]["do"]["deps"]
         assert "data/processed" not in deps and not any("_Y" in d for d in deps), (name, deps)
 

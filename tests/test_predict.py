@@ -1,44 +1,47 @@
-"""Batch prediction: texts -> top-k labels with scores, through a saved encoder and index."""
+"""Prediction through a model package: texts -> top-k labels with scores, and the prediction stage's harness
+writing the same top-k as the package API."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
-from xmc.ann import ANNIndex
 from xmc.encoders import HashedBagOfWordsEncoder
 from xmc.errors import DataFormatError
-from xmc.predict import predict_file, read_input_texts
+from xmc.package import build_package, load
+from xmc.package.inputs import iter_input
+
+LABELS = [("L0", "river bank water"), ("L1", "money bank account"), ("L2", "green tree leaf")]
 
 
 @pytest.fixture
-def model_and_index(tmp_path):
-    labels = [{"uid": f"L{i}", "text": t} for i, t in enumerate(["river bank water", "money bank account", "green tree leaf"])]
-    (tmp_path / "lbl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in labels))
+def package(tmp_path):
     enc = HashedBagOfWordsEncoder(dim=64, n_buckets=8192)
     enc.save(tmp_path / "model")
-    ANNIndex().build(enc.encode([r["text"] for r in labels], "label")).save(tmp_path / "index" / "ann")
-    return tmp_path
+    build_package(tmp_path / "pkg", name="tiny", method="dexml", source=tmp_path / "model",
+                  label_uids=[u for u, _ in LABELS], label_texts=[t for _, t in LABELS], options={"index": {"kind": "exact"}})
+    return tmp_path / "pkg"
 
 
-def test_predict_file_writes_ranked_labels_with_scores(model_and_index):
-    d = model_and_index
-    (d / "in.jsonl").write_text(json.dumps({"id": "q1", "text": "green leaf on a tree"}) + "\n"
-                                + json.dumps({"text": "open a bank account with money"}) + "\n")
-    n = predict_file(d / "model", d / "index", d / "lbl.jsonl", d / "in.jsonl", d / "out.jsonl", k=2)
-    rows = [json.loads(x) for x in (d / "out.jsonl").read_text().splitlines()]
-    assert n == 2 and [r["id"] for r in rows] == ["q1", "1"]
-    assert rows[0]["labels"][0]["uid"] == "L2" and rows[1]["labels"][0]["uid"] == "L1"
-    assert len(rows[0]["labels"]) == 2 and rows[0]["labels"][0]["score"] >= rows[0]["labels"][1]["score"]
+def test_package_predicts_ranked_labels_with_scores(package):
+    pkg = load(package)
+    rows = pkg.predict(["green leaf on a tree", "open a bank account with money"], k=2)
+    assert rows[0][0].uid == "L2" and rows[1][0].uid == "L1"
+    assert len(rows[0]) == 2 and rows[0][0].score >= rows[0][1].score
+    assert rows[0][0].text == "green tree leaf"
 
 
-def test_bad_input_file_is_one_clear_error_and_no_output(model_and_index):
-    d = model_and_index
-    (d / "bad.txt").write_text("fine text\n\nmore\n")
-    with pytest.raises(DataFormatError, match=r"bad\.txt:2: empty text"):
-        predict_file(d / "model", d / "index", d / "lbl.jsonl", d / "bad.txt", d / "out2.jsonl")
-    assert not (d / "out2.jsonl").exists()
-    (d / "bad.jsonl").write_text('{"text": "ok"}\n{"text": \n')
-    with pytest.raises(DataFormatError, match=r"bad\.jsonl:2: invalid JSON"):
-        read_input_texts(d / "bad.jsonl")
+def test_stream_equals_batch_and_bad_input_is_one_line(package, tmp_path):
+    pkg = load(package)
+    (tmp_path / "in.jsonl").write_text(json.dumps({"id": "q1", "text": "green leaf on a tree"}) + "\n"
+                                       + json.dumps({"text": "open a bank account with money"}) + "\n")
+    streamed = list(pkg.predict_stream(iter_input(tmp_path / "in.jsonl"), k=3, batch_size=1))
+    assert streamed[0][0] == "q1" and len(streamed) == 2
+    D, I = pkg.topk([t for _, t, _ in streamed], 3)
+    assert [[p.label for p in preds] for _, _, preds in streamed] == I.tolist()
+    assert np.all(np.diff(D, axis=1) <= 0)
+    (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{"text": \n')
+    with pytest.raises(DataFormatError, match=r"bad\.jsonl:2"):
+        list(iter_input(tmp_path / "bad.jsonl"))

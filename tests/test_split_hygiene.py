@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 # stages allowed to read test files: data preparation (ingest writes the splits, validate checks them),
 # prediction (writes top-k for the test texts, never reads test labels) and evaluation / reporting; the
 # package stage records the test metrics in a package's manifest (the promotion gate reads validation only)
-TEST_READERS = {"ingest", "validate", "label_prior", "tfidf_zeroshot", "tfidf_knn", "index", "predict_unidec",
+TEST_READERS = {"ingest", "validate", "label_prior", "tfidf_zeroshot", "tfidf_knn", "predict", "predict_unidec",
                 "evaluate", "evaluate_ablation", "report", "report_ablations", "package"}
 # outputs that hold test material: any dependency on them (or on a folder holding them) reads the test split
 TEST_MATERIAL = ("data/processed", "metrics", "plots/eval", "evaluation/tst", "evaluation/ablations",

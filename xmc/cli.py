@@ -32,7 +32,7 @@ def _serve_defaults() -> dict[str, Any]:
         try:
             from xmc.config import load_params
 
-            out.update(load_params(repo / "params.yaml").get("serve") or {})
+            out.update(load_params(repo / "params.yaml")["serve"])
         except Exception:  # noqa: BLE001 - a broken params file must not stop serving a package folder
             pass
     return out
@@ -157,8 +157,8 @@ def cmd_promote(a: argparse.Namespace) -> None:
     repo = find_repo()
     if repo is None:
         raise ConfigError("no DVC repository here (run inside the project or set XMC_REPO_DIR)")
-    reg = load_params(repo / "params.yaml").get("registry") or {}
-    res = promote(repo, a.name, a.stage or reg.get("stage", "prod"), reg.get("gate") or {}, force=a.force)
+    reg = load_params(repo / "params.yaml")["registry"]
+    res = promote(repo, a.name, a.stage or reg["stage"], reg["gate"], force=a.force)
     print(json.dumps(res, indent=2))
     if not res["promote"] and not a.force:
         sys.exit(4)

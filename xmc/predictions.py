@@ -82,3 +82,18 @@ def topk_from_sparse(S: sp.csr_matrix, k: int) -> TopK:
         idx[i, : len(order)] = cols[order]
         sc[i, : len(order)] = vals[order]
     return TopK(idx, sc)
+
+
+PREDICTED_SPLITS = ("val", "tst")
+
+
+def run_and_splits(argv: list[str], usage: str) -> tuple[str, tuple[str, ...]]:
+    """``<run> [val] [tst]`` of a prediction stage's command line (default: both splits)."""
+    from xmc.errors import ConfigError
+
+    if not argv:
+        raise ConfigError(f"usage: {usage}")
+    name, splits = argv[0], tuple(argv[1:]) or PREDICTED_SPLITS
+    if set(splits) - set(PREDICTED_SPLITS):
+        raise ConfigError(f"splits to predict must be val and/or tst, not {' '.join(splits)}")
+    return name, splits

@@ -34,10 +34,13 @@ class ANNIndex:
         self.on_gpu = False
 
     @classmethod
-    def from_params(cls, icfg: dict[str, Any]) -> ANNIndex:
-        """An (unbuilt) index from the params ``index`` section (kind, hnsw_m, ef_search, nprobe)."""
-        return cls(kind=icfg.get("kind", "exact"), hnsw_m=int(icfg.get("hnsw_m", 32)),
-                   ef_search=int(icfg.get("ef_search", 128)), nprobe=int(icfg.get("nprobe", 16)))
+    def from_params(cls, icfg: dict[str, Any] | None) -> ANNIndex:
+        """An (unbuilt) index from the params ``index`` section (kind, hnsw_m, ef_search, nprobe; partial: the
+        schema's defaults fill the rest)."""
+        from xmc.config.schema import IndexConfig, filled
+
+        icfg = filled(IndexConfig, icfg, "index")
+        return cls(kind=icfg["kind"], hnsw_m=icfg["hnsw_m"], ef_search=icfg["ef_search"], nprobe=icfg["nprobe"])
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "hnsw_m": self.hnsw_m, "ef_construction": self.ef_construction,

@@ -20,18 +20,22 @@ from xmc.predictions import TopK, topk_from_scores, topk_from_sparse
 TFIDF_SPLITS = ("trn", "val", "lbl")  # what the tfidf stage transforms; test rows are transformed at prediction
 
 
-def _vectorizer(params: dict[str, Any], vocabulary: dict[str, int] | None = None) -> TfidfVectorizer:
+def _vectorizer(params: dict[str, Any] | None, vocabulary: dict[str, int] | None = None) -> TfidfVectorizer:
+    """The vectoriser of a params ``tfidf`` section or of saved ``settings.json`` (partial: the schema's defaults
+    fill the rest; ``stop_words`` and ``token_pattern``, when not given, are scikit-learn's own defaults)."""
+    from xmc.config.schema import TfidfConfig, filled
+
+    cfg = filled(TfidfConfig, params, "tfidf")
     return TfidfVectorizer(
-        ngram_range=(1, int(params.get("ngram_max", 2))),
-        min_df=int(params.get("min_df", 1)),
-        max_df=float(params.get("max_df", 1.0)),
-        max_features=params.get("max_features"),
-        sublinear_tf=bool(params.get("sublinear_tf", True)),
+        ngram_range=(1, cfg["ngram_max"]),
+        min_df=cfg["min_df"],
+        max_df=cfg["max_df"],
+        max_features=cfg["max_features"],
+        sublinear_tf=cfg["sublinear_tf"],
         lowercase=True,
-        stop_words=params.get("stop_words"),
-        token_pattern=params.get("token_pattern", r"(?u)\b\w\w+\b"),
         dtype=np.float32,
         vocabulary=vocabulary,
+        **{k: cfg[k] for k in TfidfConfig.OPTIONAL if k in cfg},
     )
 
 
@@ -80,10 +84,11 @@ class TfidfFeatures:
 
 def fit_tfidf(trn_texts: list[str], val_texts: list[str] | None, lbl_texts: list[str], params: dict[str, Any]) -> TfidfFeatures:
     """Fit one vectoriser on training instance texts plus label texts (never on validation or test texts)."""
+    from xmc.config.schema import TfidfConfig, filled
+
     vec = _vectorizer(params)
     vec.fit(list(trn_texts) + list(lbl_texts))
-    settings = {k: params.get(k) for k in ("ngram_max", "min_df", "max_df", "max_features", "sublinear_tf",
-                                            "stop_words", "token_pattern") if params.get(k) is not None}
+    settings = {k: v for k, v in filled(TfidfConfig, params, "tfidf").items() if v is not None}
     return TfidfFeatures(vec, vec.transform(trn_texts).tocsr(),
                          vec.transform(val_texts).tocsr() if val_texts is not None else None,
                          vec.transform(lbl_texts).tocsr(), settings)

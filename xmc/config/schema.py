@@ -2,7 +2,8 @@
 
 :func:`validate_params` checks a loaded ``params.yaml`` against it and returns the same tree with
 values coerced to their types and every missing key filled with its default, so the code reads
-``cfg["key"]`` and the defaults live here only. Run overrides (``runs.<name>``,
+``cfg["key"]`` and the defaults live here only. A library builder given one section dict (by a stage, a test
+or a direct caller, possibly partial) fills it with :func:`filled` before indexing it. Run overrides (``runs.<name>``,
 ``ramen.runs.<name>`` ...) stay partial (they are merged onto their defaults by the stages) but are
 checked merged, so a misspelt key in a run is caught like one in a defaults section.
 
@@ -566,12 +567,6 @@ class OrchestrationConfig(Section):
     allowed_paths: list[str] = ["batch"]
 
 
-class PackageSpec(Section):
-    OPTIONAL = frozenset({"space"})
-    source: str                       # what the package is built from: models/<run>, data/tfidf, data/processed/trn_Y.npz
-    space: Literal["concat", "de", "clf"] | None = None   # UniDEC: which retrieval space the package serves
-
-
 class GateConfig(Section):
     # the most (in points) each validation metric may fall below the current holder's before promotion is refused
     max_drop: dict[str, Annotated[float, Field(ge=0, le=100)]] = {"P@1": 0.5, "P@5": 0.5, "PSP@5": 0.5}
@@ -628,7 +623,7 @@ class ParamsConfig(Section):
     selection: SelectionConfig = SelectionConfig()
     ablations: list[str] = []
     orchestration: OrchestrationConfig = OrchestrationConfig()
-    packages: dict[str, PackageSpec] = {}
+    packages: list[str] = []          # predictions (runs or variants) packaged by the package stage
     registry: RegistryConfig = RegistryConfig()
     serve: ServeConfig = ServeConfig()
 
@@ -708,6 +703,18 @@ def _check(model: type[BaseModel], data: Any, prefix: tuple[Any, ...]) -> tuple[
         return None, out
 
 
+def filled(model: type[BaseModel], cfg: dict[str, Any] | None, where: str = "") -> dict[str, Any]:
+    """``cfg`` (a params section, possibly partial) typed against ``model`` with its defaults filled: what a
+    library builder reads, so the defaults live in this schema only. A problem is one ConfigError line per key."""
+    from xmc.errors import ConfigError
+
+    validated, errs = _check(model, cfg, ())
+    if validated is None:
+        prefix = f"{where}." if where else ""
+        raise ConfigError("; ".join(f"{prefix}{'.'.join(map(str, loc))}: {msg}" for loc, msg in errs))
+    return validated.model_dump()
+
+
 def _coerce_override(override: Any, full: Any) -> Any:
     """The override's own keys with the merged, coerced values (partial overrides stay partial)."""
     if isinstance(override, dict) and isinstance(full, dict):
@@ -755,9 +762,9 @@ def validate_params(raw: Any) -> dict[str, Any]:
     ramen_defaults, errs = _check(RamenRunConfig, ramen_base, ())
     problems += [(("ramen", "defaults") + loc, m) for loc, m in errs]
     if ramen_defaults is not None:
-        filled = ramen_defaults.model_dump()
-        p["ramen"]["defaults"] = filled
-        p["ramen"]["runs"] = _check_runs(RamenRunConfig, filled, p["ramen"]["runs"], ("ramen", "runs"),
+        ramen_filled = ramen_defaults.model_dump()
+        p["ramen"]["defaults"] = ramen_filled
+        p["ramen"]["runs"] = _check_runs(RamenRunConfig, ramen_filled, p["ramen"]["runs"], ("ramen", "runs"),
                                          ("ramen", "defaults"), problems)
     for section, model in (("unidec", UnidecRunConfig), ("astra", AstraRunConfig)):
         d, errs = _check(model, p[section]["defaults"], ())
@@ -816,6 +823,11 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         if strict or close:
             out.append((path, f"{name!r} is {what}" + (f" (did you mean {close[0]!r}?)" if close else "")))
 
+    from xmc.methods.runs import duplicate_runs
+
+    for name, where in duplicate_runs(p):
+        out.append(((*where[-1].split("."),), f"run {name!r} is defined more than once ({', '.join(where)}): "
+                                              "a run name must say which run it is"))
     if "st_mnrl" in p["predictions"]:
         check(("st_mnrl", "budget_of"), p["st_mnrl"]["budget_of"], True, set(p["runs"]), "not a run under runs")
     for run in p["predictions"]:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from xmc.config.schema import EncoderConfig, filled
 from xmc.errors import ConfigError
 
 SIDES = ("query", "label")
@@ -52,32 +53,30 @@ class TextEncoder(nn.Module):
         raise NotImplementedError
 
 
-def build_encoder(cfg: dict[str, Any]) -> TextEncoder:
-    """Encoder from a params.yaml ``encoder`` section."""
+def build_encoder(cfg: dict[str, Any] | None) -> TextEncoder:
+    """Encoder from a params.yaml ``encoder`` section (partial: the schema's defaults fill the rest)."""
     from xmc.encoders.bow import HashedBagOfWordsEncoder
     from xmc.encoders.transformer import TransformerEncoder
 
-    kind = cfg.get("kind", "transformer")
-    if kind == "transformer":
+    cfg = filled(EncoderConfig, cfg, "encoder")
+    if cfg["kind"] == "transformer":
         return TransformerEncoder(
-            model_dir=cfg.get("model_dir"),
-            pooling=cfg.get("pooling", "mean"),
-            max_len_query=int(cfg.get("max_len_query", 32)),
-            max_len_label=int(cfg.get("max_len_label", 32)),
-            tied=bool(cfg.get("tied", True)),
-            dropout=float(cfg.get("dropout", 0.0)),
-            freeze_embeddings=bool(cfg.get("freeze_embeddings", False)),
+            model_dir=cfg["model_dir"],
+            pooling=cfg["pooling"],
+            max_len_query=cfg["max_len_query"],
+            max_len_label=cfg["max_len_label"],
+            tied=cfg["tied"],
+            dropout=cfg["dropout"],
+            freeze_embeddings=cfg["freeze_embeddings"],
         )
-    if kind == "bow":
-        return HashedBagOfWordsEncoder(
-            dim=int(cfg.get("dim", 256)),
-            n_buckets=int(cfg.get("n_buckets", 1 << 18)),
-            ngram_max=int(cfg.get("ngram_max", 2)),
-            tied=bool(cfg.get("tied", True)),
-            dropout=float(cfg.get("dropout", 0.0)),
-            seed=int(cfg.get("seed", 0)),
-        )
-    raise ConfigError(f"unknown encoder kind {kind!r} (expected transformer or bow)")
+    return HashedBagOfWordsEncoder(   # kind is "transformer" or "bow" (the schema refuses any other)
+        dim=cfg["dim"],
+        n_buckets=cfg["n_buckets"],
+        ngram_max=cfg["ngram_max"],
+        tied=cfg["tied"],
+        dropout=cfg["dropout"],
+        seed=cfg["seed"],
+    )
 
 
 def load_encoder(path: str | Path) -> TextEncoder:

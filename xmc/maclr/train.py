@@ -17,6 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from xmc.config.schema import MaclrStage1, MaclrStage2, filled
 from xmc.encoders.base import TextEncoder
 from xmc.losses import build_loss
 from xmc.maclr.clustering import ClusterSchedule, kmeans_assign
@@ -161,18 +162,20 @@ class MACLRObjective(Objective):
 
 def train_stage1(encoder: TextEncoder, pairs: PseudoPairs, cfg: dict[str, Any], work_dir: Path,
                  encode_batch_size: int = 256) -> dict[str, Any]:
-    """Stage I in place on ``encoder``; returns a summary (timings, clustering trace)."""
+    """Stage I in place on ``encoder``; returns a summary (timings, clustering trace). ``cfg``: a maclr
+    ``stage1`` section (partial: the schema's defaults fill the rest)."""
+    cfg = filled(MaclrStage1, cfg, "stage1")
     tcfg = TrainConfig.from_params(cfg["train"])
     n_batches = -(-len(pairs.ict) // tcfg.batch_size)
     steps = (min(n_batches, tcfg.max_steps_per_epoch) if tcfg.max_steps_per_epoch else n_batches) * tcfg.epochs
     sched = ClusterSchedule(k0=int(cfg["k0"]), t_k=int(cfg["t_k"]), t_update=int(cfg["t_update"]), total_steps=steps,
-                            enabled=bool(cfg.get("mac", True)))
+                            enabled=cfg["mac"])
     sampler = ICTClusterSampler(pairs.ict, len(pairs.label_texts), sched,
-                                label_negatives=int(cfg["label_negatives"]) if cfg.get("label_reg", True) else 0,
-                                cluster_pool=int(cfg.get("cluster_pool", 0)), encode_batch_size=encode_batch_size,
+                                label_negatives=cfg["label_negatives"] if cfg["label_reg"] else 0,
+                                cluster_pool=cfg["cluster_pool"], encode_batch_size=encode_batch_size,
                                 seed=int(tcfg.seed))
     model = DualEncoderModel(encoder, pairs.label_texts)
-    objective = MACLRObjective(float(cfg["temperature"]), float(cfg.get("label_weight", 1.0)))
+    objective = MACLRObjective(cfg["temperature"], cfg["label_weight"])
     trainer = Trainer(model, sampler, objective, tcfg, sampler.contexts, work_dir,
                       fingerprint_extra={"maclr_stage1": cfg, "pairs": pairs.meta.get("counts")})
     sampler.steps_per_epoch = trainer.steps_per_epoch
@@ -203,34 +206,33 @@ def stage2_pseudo_matrix(encoder: TextEncoder | None, pairs: PseudoPairs, cfg: d
     (``tfidf``) per instance, on ``max_instances`` random training instances (0 = all: the encoder then
     embeds every instance). ``select``: ``union`` (the paper: a pair from either view) or ``agree``
     (only pairs in both views' top-k; needs both views): a precision filter for data where a view's
-    top-k is too noisy to self-train on (semcor-wn30: TF-IDF top-3 ~14% precise, the agreed pairs ~40%)."""
+    top-k is too noisy to self-train on (semcor-wn30: TF-IDF top-3 ~14% precise, the agreed pairs ~40%).
+    ``cfg``: a maclr ``stage2`` section (partial: the schema's defaults fill the rest)."""
+    cfg = filled(MaclrStage2, cfg, "stage2")
     n, L = len(pairs.texts), len(pairs.label_texts)
     rows = np.arange(n)
-    if int(cfg.get("max_instances", 0)) and int(cfg["max_instances"]) < n:
-        rows = np.sort(np.random.default_rng(int(cfg.get("seed", 0))).choice(n, int(cfg["max_instances"]), replace=False))
+    if cfg["max_instances"] and cfg["max_instances"] < n:
+        rows = np.sort(np.random.default_rng(cfg["seed"]).choice(n, cfg["max_instances"], replace=False))
     mats, info = [], {"instances": int(len(rows))}
     t0 = time.perf_counter()
-    if int(cfg.get("dense_k", 0)) > 0:
+    if cfg["dense_k"] > 0:
         assert encoder is not None
         lv = encoder.encode(pairs.label_texts, "label", encode_batch_size, progress=True)
         qv = encoder.encode([pairs.texts[i] for i in rows], "query", encode_batch_size, progress=True)
-        ids, _ = dense_topk(qv, lv, int(cfg["dense_k"]))
+        ids, _ = dense_topk(qv, lv, cfg["dense_k"])
         mats.append(topk_to_csr(ids, L, rows=rows, n_rows=n))
         info["dense_pairs"] = int(mats[-1].nnz)
-    if cfg.get("tfidf", True):
-        k = int(cfg.get("tfidf_k", pairs.tfidf_ids.shape[1]))
-        ids = pairs.tfidf_ids[rows, :k]
+    if cfg["tfidf"]:
+        ids = pairs.tfidf_ids[rows, : cfg["tfidf_k"]]
         mats.append(topk_to_csr(ids, L, rows=rows, n_rows=n))
         info["tfidf_pairs"] = int(mats[-1].nnz)
-    select = str(cfg.get("select", "union"))
+    select = cfg["select"]   # "union" or "agree" (the schema refuses any other)
     if select == "agree":
         if len(mats) != 2:
             raise ConfigError("maclr stage2.select 'agree' needs both views (dense_k > 0 and tfidf: true)")
         Y = agreed_pairs(*mats)
-    elif select == "union":
-        Y = union_pairs(*mats) if mats else sp.csr_matrix((n, L), dtype=np.float32)
     else:
-        raise ConfigError(f"maclr stage2.select must be 'union' or 'agree', not {select!r}")
+        Y = union_pairs(*mats) if mats else sp.csr_matrix((n, L), dtype=np.float32)
     info["select"] = select
     info["union_pairs" if select == "union" else "agreed_pairs"] = int(Y.nnz)
     info["instances_with_pairs"] = int((Y.getnnz(1) > 0).sum())

@@ -1,5 +1,40 @@
-"""Methods as compositions of shared parts (encoder, sampler, loss, trainer, index)."""
+"""Methods as compositions of shared parts (encoder, sampler, loss, trainer, index).
 
-from xmc.methods.dual_encoder import deep_merge, run_config, train_dual_encoder
+Every method implements :class:`~xmc.methods.base.Method` once; :func:`get_method` returns it by the name
+the run lookup (:mod:`xmc.methods.runs`) gives. Imports are lazy: looking a run up needs no torch.
+"""
 
-__all__ = ["deep_merge", "run_config", "train_dual_encoder"]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from xmc.methods.base import Method
+
+# method name -> "module:class"
+METHODS: dict[str, str] = {
+    "dexml": "xmc.methods.dual_encoder:DEXMLMethod",
+    "ramen": "xmc.methods.ramen:RAMENMethod",
+    "unidec": "xmc.methods.unidec:UniDECMethod",
+    "astra": "xmc.methods.astra:ASTRAMethod",
+    "maclr": "xmc.methods.maclr:MACLRMethod",
+    "maclr_fewshot": "xmc.methods.maclr:MACLRFewShotMethod",
+    "st_mnrl": "xmc.methods.peers:STMNRLMethod",
+    "pretrained": "xmc.methods.peers:PretrainedMethod",
+    "label_prior": "xmc.methods.peers:LabelPriorMethod",
+    "tfidf_zeroshot": "xmc.methods.peers:TfidfZeroShotMethod",
+    "tfidf_knn": "xmc.methods.peers:TfidfKNNMethod",
+}
+
+
+def get_method(name: str) -> Method:
+    from xmc.errors import ConfigError
+
+    if name not in METHODS:
+        raise ConfigError(f"unknown method {name!r} (have: {', '.join(METHODS)})")
+    module, cls = METHODS[name].split(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
+__all__ = ["METHODS", "get_method"]

@@ -40,6 +40,7 @@ from xmc.encoders import TextEncoder, load_encoder
 from xmc.errors import ConfigError
 from xmc.io import load_tensors
 from xmc.negatives.base import CandidateBatch, NegativeSampler
+from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.train.objective import Objective
 
 log = logging.getLogger(__name__)
@@ -389,22 +390,20 @@ class FullOvAObjective(Objective):
 # ------------------------------------------------------------------------------------------------
 # one run
 # ------------------------------------------------------------------------------------------------
-NEGATIVE_KEYS = {"max_positives_per_query", "hard_negatives", "uniform_negatives", "refresh_every_epochs", "start_epoch",
-                 "mine_with", "index_kind", "async_refresh", "encode_batch_size", "hnsw_m", "ef_search", "nprobe"}
+def build_astra_sampler(Y: sp.csr_matrix, dim: int, cfg: dict[str, Any] | None, work_dir: str | Path | None) -> ASTRANegatives:
+    """The sampler of ``astra.negatives`` (schema defaults filled; unset index knobs keep the index's defaults)."""
+    from xmc.config.schema import AstraNegatives, filled
+
+    return ASTRANegatives(Y, dim, work_dir=work_dir, **filled(AstraNegatives, cfg, "astra.negatives"))
 
 
-def build_astra_sampler(Y: sp.csr_matrix, dim: int, cfg: dict[str, Any], work_dir: str | Path | None) -> ASTRANegatives:
-    unknown = set(cfg) - NEGATIVE_KEYS
-    if unknown:
-        raise ConfigError(f"astra.negatives: unknown keys {sorted(unknown)} (known: {sorted(NEGATIVE_KEYS)})")
-    return ASTRANegatives(Y, dim, work_dir=work_dir, **cfg)
-
-
-def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any], label_texts: Sequence[str],
+def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | None, label_texts: Sequence[str],
                       Y_train: sp.csr_matrix | None = None) -> ASTRAModel:
+    from xmc.config.schema import AstraModel, filled
     from xmc.encoders import build_encoder
 
-    bias = model_cfg.get("bias_init", "prior")
+    model_cfg = filled(AstraModel, model_cfg, "astra.model")
+    bias = model_cfg["bias_init"]
     if bias == "prior":
         # σ(b) = mean positives per query / L: a label's logit from the base rate alone, so the
         # L - |P| negatives do not dominate the first steps
@@ -413,41 +412,25 @@ def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any], la
         rate = min(max(Y_train.nnz / Y_train.shape[0] / len(label_texts), 1e-9), 0.5)
         bias = math.log(rate / (1 - rate))
     model = ASTRAModel(build_encoder(encoder_cfg), label_texts, bias_init=float(bias))
-    model.init_classifiers(model_cfg.get("init_classifiers", "label_text"), float(model_cfg.get("init_scale", 1.0)))
+    model.init_classifiers(model_cfg["init_classifiers"], float(model_cfg["init_scale"]))
     return model
 
 
-def train_astra(ds: Any, cfg: dict[str, Any], model_dir: str | Path, work_dir: str | Path, plots_dir: str | Path,
-                eval_params: dict[str, Any] | None = None) -> tuple[ASTRAModel, dict[str, Any]]:
-    """Train one ASTRA run through the shared :class:`Trainer` and save it to ``model_dir`` (atomically)."""
-    from xmc.io import atomic_dir
-    from xmc.methods.dual_encoder import set_threads
-    from xmc.train import RetrievalEvaluator, Trainer, TrainConfig
+class ASTRAMethod(TrainerMethod):
+    """ASTRA on the one trainer; predicts with its classifier vectors (``dense`` predictor, bias column)."""
 
-    set_threads()
-    torch.manual_seed(int(cfg["train"].get("seed", 0)))
-    model = build_astra_model(cfg["encoder"], cfg.get("model", {}), ds.label_texts, ds.trn.Y)
-    sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg.get("negatives", {})), Path(work_dir) / "shortlists")
-    tcfg = TrainConfig.from_params(cfg["train"])
-    evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], eval_params)
-    trainer = Trainer(model, sampler, ASTRAObjective(), tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
-                      eval_every_epochs=every,
-                      fingerprint_extra={"method": "astra", **{k: cfg.get(k) for k in ("encoder", "model", "negatives")},
-                                         "data": ds.meta.get("content_sha256")})
-    t0 = time.perf_counter()
-    result = trainer.fit()
-    sampler.finish_pending()
-    wall = time.perf_counter() - t0
-    trainer.write_curves(plots_dir)
-    with atomic_dir(model_dir) as tmp:
-        model.save(tmp)
-    hist = result["history"]
-    summary = {
-        "train_seconds": round(sum(e["seconds"] for e in hist["epochs"]), 2),  # epochs include refreshes
-        "wall_seconds_this_run": round(wall, 2), "epochs": len(hist["epochs"]), "steps": trainer.global_step,
-        "final_loss": hist["loss"][-1]["loss"] if hist["loss"] else None,
-        "refresh_seconds": [round(s, 2) for s in sampler.refresh_seconds], "refreshed_at_epochs": sampler.refreshed_at,
-        "device": str(trainer.device), "last_validation": hist["val"][-1] if hist["val"] else None,
-    }
-    (Path(model_dir) / "train_summary.json").write_text(json.dumps(summary, indent=2))
-    return model, summary
+    name = "astra"
+
+    def build(self, ctx: Any, ds: Any) -> TrainingParts:
+        cfg = ctx.config
+        model = build_astra_model(cfg["encoder"], cfg["model"], ds.label_texts, ds.trn.Y)
+        sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg["negatives"]), Path(ctx.work_dir) / "shortlists")
+
+        def after_fit(history: dict[str, Any]) -> dict[str, Any]:
+            sampler.finish_pending()  # a background refresh still mining must not outlive the run
+            return {}
+
+        return TrainingParts(model, sampler, ASTRAObjective(),
+                             fingerprint={"method": "astra", **{k: cfg[k] for k in ("encoder", "model", "negatives")},
+                                          "data": ds.meta.get("content_sha256")},
+                             save=model.save, after_fit=after_fit)

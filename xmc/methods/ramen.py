@@ -17,16 +17,14 @@ Objective on one batch (paper §3, our notation):
 Pruning (paper App. A): after ``warmup_epochs`` epochs on the unpruned (random-walk augmented)
 graph, every edge whose cosine under the current encoder is <= ``threshold`` is dropped; repeated
 every ``every_epochs`` epochs, always from the augmented graph. Inference is a plain dual encoder:
-the saved folder is an ordinary encoder that ``stages.index`` indexes.
+the saved folder is an ordinary encoder that ``stages.predict`` indexes.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -39,13 +37,12 @@ from xmc.encoders import build_encoder
 from xmc.errors import ConfigError
 from xmc.graph.format import AnchorSet
 from xmc.graph.rwr import prune_edges
-from xmc.io import atomic_dir
 from xmc.losses import build_loss
-from xmc.methods.dual_encoder import set_threads
+from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.models import DualEncoderModel
 from xmc.negatives import build_sampler
 from xmc.negatives.base import CandidateBatch, NegativeSampler
-from xmc.train import Objective, RetrievalEvaluator, Trainer, TrainConfig
+from xmc.train import Objective
 
 log = logging.getLogger(__name__)
 
@@ -290,56 +287,46 @@ class RamenObjective(Objective):
 # ---------------------------------------------------------------------------------------------
 def build_task_loss(cfg: dict[str, Any]) -> nn.Module:
     if cfg["name"] == "triplet":
-        return TripletLoss(float(cfg.get("margin", 0.3)))
+        return TripletLoss(**({"margin": float(cfg["margin"])} if cfg.get("margin") is not None else {}))
     return build_loss(cfg["name"], **{k: v for k, v in cfg.items() if k != "name"})
 
 
-def train_ramen(ds: XMCDataset, cfg: dict[str, Any], sets: dict[str, AnchorSet], model_dir: str | Path,
-                work_dir: str | Path, plots_dir: str | Path, eval_params: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Train RAMEN (or, with no sets / both graphs off, its no-graph baseline) through the shared Trainer."""
-    set_threads()
-    torch.manual_seed(int(cfg["train"].get("seed", 0)))
-    reg, pr = cfg["regulariser"], cfg["pruning"]
-    use_sets = {n: sets[n] for n in reg.get("sets", list(sets)) if n in sets}
-    missing = [n for n in reg.get("sets", []) if n not in sets]
-    if missing:
-        raise ConfigError(f"ramen.regulariser.sets names {missing}, not in the graph directory (have {sorted(sets)})")
-    if cfg["negatives"].get("kind") == "all":
-        raise ConfigError("ramen: negatives.kind 'all' is not supported (R_z needs an explicit label pool)")
-    encoder = build_encoder(cfg["encoder"])
-    model = DualEncoderModel(encoder, ds.label_texts)
-    base = build_sampler(ds.trn.Y, cfg["negatives"])
-    sampler = GraphAnchorSampler(
-        base, use_sets, ds.n_labels, use_query_graph=bool(reg.get("query_graph", True)) and float(reg["lambda_x"]) > 0,
-        use_label_graph=bool(reg.get("label_graph", True)) and float(reg["lambda_z"]) > 0,
-        label_rows=int(reg.get("label_rows", 0)), extra_labels=int(reg.get("extra_labels", 0)), prune=bool(pr.get("enabled", True)),
-        threshold=float(pr.get("threshold", 0.0)), warmup_epochs=int(pr.get("warmup_epochs", 10)),
-        every_epochs=int(pr.get("every_epochs", 5)))
-    objective = RamenObjective(build_task_loss(cfg["loss"]), use_sets, float(reg["lambda_x"]), float(reg["lambda_z"]),
-                               reg.get("loss", "triplet"), float(reg.get("margin", 0.3)),
-                               float(reg.get("temperature", 0.05)))
-    tcfg = TrainConfig.from_params(cfg["train"])
-    evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], eval_params)
-    graph_fp = {f"{n}/{s}": int(E.nnz) for (n, s), E in sampler.full.items()}
-    trainer = Trainer(model, sampler, objective, tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
-                      eval_every_epochs=every,
-                      fingerprint_extra={k: cfg[k] for k in ("encoder", "loss", "negatives", "regulariser", "pruning")}
-                      | {"data": ds.meta.get("content_sha256"), "graph": graph_fp})
-    t0 = time.perf_counter()
-    result = trainer.fit()
-    wall = time.perf_counter() - t0
-    trainer.write_curves(plots_dir)
-    with atomic_dir(model_dir) as tmp:
-        encoder.save(tmp)
-    epochs = result["history"]["epochs"]
-    summary = {
-        "train_seconds": round(sum(e["seconds"] for e in epochs), 2),  # includes ANN refreshes and pruning
-        "wall_seconds_this_run": round(wall, 2), "epochs": len(epochs), "steps": trainer.global_step,
-        "final_loss": result["history"]["loss"][-1]["loss"] if result["history"]["loss"] else None,
-        "graphs": graph_fp, "pruned_at_epochs": sampler.pruned_at, "prune_log": sampler.prune_log,
-        "refresh_seconds": [round(s, 2) for s in getattr(base, "refresh_seconds", [])],
-        "device": str(trainer.device),
-        "last_validation": result["history"]["val"][-1] if result["history"]["val"] else None,
-    }
-    (Path(model_dir) / "train_summary.json").write_text(json.dumps(summary, indent=2))
-    return summary
+class RAMENMethod(TrainerMethod):
+    """A dual encoder with graph regularisers on the one trainer (or, with no sets / both graphs off, its
+    no-graph baseline). The saved model is a plain encoder folder: no graph at inference."""
+
+    name = "ramen"
+
+    def build(self, ctx: Any, ds: XMCDataset) -> TrainingParts:
+        from xmc.graph.format import load_graph_dir
+
+        cfg = ctx.config
+        reg, pr = cfg["regulariser"], cfg["pruning"]
+        sets = load_graph_dir(cfg["graph_dir"], len(ds.trn), ds.n_labels) if reg["sets"] else {}
+        missing = [n for n in reg["sets"] if n not in sets]
+        if missing:
+            raise ConfigError(f"ramen.regulariser.sets names {missing}, not in the graph directory (have {sorted(sets)})")
+        if cfg["negatives"]["kind"] == "all":
+            raise ConfigError("ramen: negatives.kind 'all' is not supported (R_z needs an explicit label pool)")
+        use_sets = {n: sets[n] for n in reg["sets"]}
+        encoder = build_encoder(cfg["encoder"])
+        model = DualEncoderModel(encoder, ds.label_texts)
+        base = build_sampler(ds.trn.Y, cfg["negatives"])
+        sampler = GraphAnchorSampler(
+            base, use_sets, ds.n_labels, use_query_graph=reg["query_graph"] and reg["lambda_x"] > 0,
+            use_label_graph=reg["label_graph"] and reg["lambda_z"] > 0, label_rows=reg["label_rows"],
+            extra_labels=reg["extra_labels"], prune=pr["enabled"], threshold=pr["threshold"],
+            warmup_epochs=pr["warmup_epochs"], every_epochs=pr["every_epochs"])
+        objective = RamenObjective(build_task_loss(cfg["loss"]), use_sets, reg["lambda_x"], reg["lambda_z"], reg["loss"],
+                                   reg["margin"], reg["temperature"])
+        graph_fp = {f"{n}/{s}": int(E.nnz) for (n, s), E in sampler.full.items()}
+
+        def after_fit(history: dict[str, Any]) -> dict[str, Any]:
+            return {"graphs": graph_fp, "pruned_at_epochs": sampler.pruned_at, "prune_log": sampler.prune_log,
+                    "refresh_seconds": [round(s, 2) for s in getattr(base, "refresh_seconds", [])],
+                    "refreshed_at_epochs": list(getattr(base, "refreshed_at", []))}
+
+        return TrainingParts(model, sampler, objective,
+                             fingerprint={k: cfg[k] for k in ("encoder", "loss", "negatives", "regulariser", "pruning")}
+                             | {"data": ds.meta.get("content_sha256"), "graph": graph_fp},
+                             save=encoder.save, after_fit=after_fit)

@@ -35,6 +35,7 @@ from xmc.io import load_tensors
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.negatives.base import CandidateBatch, pool_batch
 from xmc.negatives.samplers import HardNegativeShortlist
+from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.train.objective import Objective
 
 log = logging.getLogger(__name__)
@@ -401,82 +402,63 @@ def predict_spaces(model: UniDECModel, texts: Sequence[str], k: int, spaces: Seq
 # ------------------------------------------------------------------------------------------------
 # one run: build, train, save, predict
 # ------------------------------------------------------------------------------------------------
-def build_psl_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> PickSomeLabelsSampler:
-    known = {"max_positives_per_query", "negatives_per_query", "shortlist_size", "refresh_every_epochs", "start_epoch",
-             "cluster_size", "cluster_every_epochs", "cluster_start_epoch", "index_kind", "encode_batch_size",
-             "positive_sampling", "propensity_a", "propensity_b"}
-    unknown = set(cfg) - known
-    if unknown:
-        raise ConfigError(f"unidec.psl: unknown keys {sorted(unknown)} (known: {sorted(known)})")
-    return PickSomeLabelsSampler(Y, **cfg)
+def build_psl_sampler(Y: sp.csr_matrix, cfg: dict[str, Any] | None) -> PickSomeLabelsSampler:
+    """The pick-some-labels sampler of ``unidec.psl`` (schema defaults filled; unset optional knobs keep the
+    sampler's: clustering with the shortlist refresh)."""
+    from xmc.config.schema import PickSomeLabels, filled
+
+    return PickSomeLabelsSampler(Y, **filled(PickSomeLabels, cfg, "unidec.psl"))
 
 
-def build_unidec_objective(cfg: dict[str, Any]) -> UniDECObjective:
-    return UniDECObjective(temperature_de=float(cfg.get("temperature_de", 0.05)),
-                           temperature_clf=float(cfg.get("temperature_clf", 0.05)), lam=float(cfg.get("lam", 0.5)),
-                           lam_de=float(cfg.get("lam_de", 0.5)), lam_clf=float(cfg.get("lam_clf", 0.5)),
-                           bce_weight=float(cfg.get("bce_weight", 0.0)))
+def build_unidec_objective(cfg: dict[str, Any] | None) -> UniDECObjective:
+    from xmc.config.schema import UnidecLoss, filled
+
+    return UniDECObjective(**filled(UnidecLoss, cfg, "unidec.loss"))
 
 
-def build_unidec_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any], label_texts: Sequence[str]) -> UniDECModel:
+def build_unidec_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | None,
+                       label_texts: Sequence[str]) -> UniDECModel:
+    from xmc.config.schema import UnidecModel, filled
     from xmc.encoders import build_encoder
 
-    clf_p = model_cfg.get("dropout_clf")
-    model = UniDECModel(build_encoder(encoder_cfg), label_texts, dim=int(model_cfg.get("dim", 256)),
-                        dropout=float(model_cfg.get("dropout", 0.1)), dropout_clf=None if clf_p is None else float(clf_p))
-    init = model_cfg.get("init_classifier", "label_text")
-    if init == "label_text":
+    m = filled(UnidecModel, model_cfg, "unidec.model")
+    model = UniDECModel(build_encoder(encoder_cfg), label_texts, dim=m["dim"], dropout=m["dropout"],
+                        dropout_clf=m["dropout_clf"])
+    if m["init_classifier"] == "label_text":
         model.init_classifiers_from_label_text()
-    elif init != "random":
-        raise ConfigError(f"unidec.model.init_classifier must be 'label_text' or 'random', not {init!r}")
     return model
 
 
-def train_unidec(ds: Any, cfg: dict[str, Any], model_dir: str | Path, work_dir: str | Path, plots_dir: str | Path,
-                 eval_params: dict[str, Any] | None = None) -> tuple[UniDECModel, dict[str, Any]]:
-    """Train one UniDEC run through the shared :class:`Trainer`, save it to ``model_dir`` (atomically)."""
-    from xmc.io import atomic_dir
-    from xmc.methods.dual_encoder import set_threads
-    from xmc.train import RetrievalEvaluator, Trainer, TrainConfig
+class UniDECMethod(TrainerMethod):
+    """Encoder + DE head + classifier head on the one trainer; predicts in three spaces (the concatenated one,
+    and each head alone as the paper's UniDEC-de / UniDEC-clf)."""
 
-    set_threads()
-    torch.manual_seed(int(cfg["train"].get("seed", 0)))
-    model = build_unidec_model(cfg["encoder"], cfg.get("model", {}), ds.label_texts)
-    sampler = build_psl_sampler(ds.trn.Y, dict(cfg.get("psl", {})))
-    objective = build_unidec_objective(cfg.get("loss", {}))
-    tcfg = TrainConfig.from_params(cfg["train"])
-    # monitoring in the concatenated space
-    evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], eval_params)
-    trainer = Trainer(model, sampler, objective, tcfg, ds.trn.texts, work_dir, evaluator=evaluator,
-                      eval_every_epochs=every,
-                      fingerprint_extra={"method": "unidec", **{k: cfg.get(k) for k in ("encoder", "model", "psl", "loss")},
-                                         "data": ds.meta.get("content_sha256")})
-    t0 = time.perf_counter()
-    result = trainer.fit()
-    wall = time.perf_counter() - t0
-    trainer.write_curves(plots_dir)
-    unseen_mode = cfg.get("model", {}).get("unseen_classifier", "keep")
-    n_reset = 0
-    if unseen_mode == "label_text":
-        n_reset = model.reset_unseen_classifiers(np.asarray(ds.trn.Y.sum(0)).ravel())
-    elif unseen_mode == "zero":
-        n_reset = model.zero_unseen_classifiers(np.asarray(ds.trn.Y.sum(0)).ravel())
-    elif unseen_mode != "keep":
-        raise ConfigError(f"unidec.model.unseen_classifier must be 'keep', 'zero' or 'label_text', not {unseen_mode!r}")
-    with atomic_dir(model_dir) as tmp:
-        model.save(tmp)
-    hist = result["history"]
-    losses = hist["loss"]
-    summary = {
-        "train_seconds": round(sum(e["seconds"] for e in hist["epochs"]), 2),  # epochs include refreshes
-        "wall_seconds_this_run": round(wall, 2), "epochs": len(hist["epochs"]), "steps": trainer.global_step,
-        "final_loss": losses[-1]["loss"] if losses else None,
-        "mean_pool_size": round(float(np.mean([r["pool_size"] for r in losses])), 1) if losses else None,
-        "mean_in_batch_positives": round(float(np.mean([r["in_batch_positives"] for r in losses])), 2) if losses else None,
-        "refresh_seconds": [round(s, 2) for s in sampler.refresh_seconds], "refreshed_at_epochs": sampler.refreshed_at,
-        "cluster_seconds": [round(s, 2) for s in sampler.cluster_seconds], "clustered_at_epochs": sampler.clustered_at,
-        "unseen_classifiers_reset": n_reset, "device": str(trainer.device),
-        "last_validation": hist["val"][-1] if hist["val"] else None,
-    }
-    (Path(model_dir) / "train_summary.json").write_text(json.dumps(summary, indent=2))
-    return model, summary
+    name = "unidec"
+    predictor_kind = "unidec"
+    SPACE_SUFFIX: dict[str, str] = {"concat": "", "de": "_de_only", "clf": "_clf_only"}
+
+    def build(self, ctx: Any, ds: Any) -> TrainingParts:
+        cfg = ctx.config
+        model = build_unidec_model(cfg["encoder"], cfg["model"], ds.label_texts)
+        sampler = build_psl_sampler(ds.trn.Y, cfg["psl"])
+        freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+
+        def after_fit(history: dict[str, Any]) -> dict[str, Any]:
+            # labels without training points: keep their trained classifier, zero it, or reset it to its label text
+            mode = cfg["model"]["unseen_classifier"]
+            n_reset = (model.reset_unseen_classifiers(freq) if mode == "label_text"
+                       else model.zero_unseen_classifiers(freq) if mode == "zero" else 0)
+            losses = history["loss"]
+            return {"mean_pool_size": round(float(np.mean([r["pool_size"] for r in losses])), 1) if losses else None,
+                    "mean_in_batch_positives": round(float(np.mean([r["in_batch_positives"] for r in losses])), 2)
+                    if losses else None,
+                    "cluster_seconds": [round(s, 2) for s in sampler.cluster_seconds],
+                    "clustered_at_epochs": sampler.clustered_at, "unseen_classifiers_reset": n_reset}
+
+        return TrainingParts(model, sampler, build_unidec_objective(cfg["loss"]),
+                             fingerprint={"method": "unidec", **{k: cfg[k] for k in ("encoder", "model", "psl", "loss")},
+                                          "data": ds.meta.get("content_sha256")},
+                             save=model.save, after_fit=after_fit)
+
+    def prediction_variants(self, run: Any) -> dict[str, dict[str, Any]]:
+        return {f"{run.name}{suffix}": {"space": space} for space, suffix in self.SPACE_SUFFIX.items()}

@@ -23,8 +23,6 @@ from xmc.io import save_npz_deterministic
 from xmc.metrics import _apply_filter, hit_matrix, inverse_propensity
 from xmc.predictions import TopK
 
-BOOTSTRAP_DEFAULTS: dict[str, Any] = {"n_resamples": 1000, "seed": 0, "level": 0.95}
-
 # Pipeline layout: one folder per split, so that a validation-only stage (selection) can depend on
 # evaluation/val and metrics_val without touching anything computed from test labels.
 EVALUATION_DIR = Path("evaluation")
@@ -84,10 +82,11 @@ def contrib_path(run: str, split: str = "tst", ablation: bool = False, root: str
 
 
 def bootstrap_settings(params: dict[str, Any]) -> dict[str, Any]:
-    """params ``evaluate.bootstrap`` with defaults for what it leaves out (one place for every stage)."""
-    given = (params.get("evaluate") or {}).get("bootstrap") or {}
-    s = {**BOOTSTRAP_DEFAULTS, **given}
-    return {"n_resamples": int(s["n_resamples"]), "seed": int(s["seed"]), "level": float(s["level"])}
+    """params ``evaluate.bootstrap`` (n_resamples, seed, level) with the schema's defaults for what a partial
+    params tree leaves out (one place for every stage)."""
+    from xmc.config.schema import EvaluateConfig, filled
+
+    return filled(EvaluateConfig, params.get("evaluate"), "evaluate")["bootstrap"]
 
 
 def _best_psp_weights(Y: sp.csr_matrix, inv_p: np.ndarray, k: int) -> np.ndarray:

@@ -10,6 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmc.ann import ANNIndex
+from xmc.config.schema import NegativesConfig, filled
 from xmc.errors import ConfigError
 from xmc.negatives.base import CandidateBatch, NegativeSampler, pool_batch, positives_mask
 
@@ -103,20 +104,16 @@ class AllLabels(NegativeSampler):
         return CandidateBatch(query_idx, None, positives_mask(self.Y, query_idx, None))
 
 
-def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> NegativeSampler:
-    kind = cfg.get("kind", "hard")
-    maxp = int(cfg.get("max_positives_per_query", 0))
-    unsampled = cfg.get("unsampled_positives", "mask")
-    ps = {"positive_sampling": cfg.get("positive_sampling", "uniform"),
-          "propensity_a": float(cfg.get("propensity_a", 0.55)), "propensity_b": float(cfg.get("propensity_b", 1.5))}
+def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any] | None) -> NegativeSampler:
+    """Sampler from a params ``negatives`` section (partial: the schema's defaults fill the rest)."""
+    cfg = filled(NegativesConfig, cfg, "negatives")
+    kind, maxp, unsampled = cfg["kind"], cfg["max_positives_per_query"], cfg["unsampled_positives"]
+    ps = {k: cfg[k] for k in ("positive_sampling", "propensity_a", "propensity_b")}
     if kind == "in_batch":
         return InBatchNegatives(Y, maxp, unsampled, **ps)
     if kind == "hard":
         return HardNegativeShortlist(
-            Y, maxp, shortlist_size=int(cfg.get("shortlist_size", 100)),
-            negatives_per_query=int(cfg.get("negatives_per_query", 1)),
-            refresh_every_epochs=int(cfg.get("refresh_every_epochs", 1)), start_epoch=int(cfg.get("start_epoch", 0)),
-            index_kind=cfg.get("index_kind", "exact"), unsampled_positives=unsampled, **ps)
-    if kind == "all":
-        return AllLabels(Y, maxp, unsampled, **ps)
-    raise ConfigError(f"unknown negatives kind {kind!r} (expected in_batch, hard or all)")
+            Y, maxp, shortlist_size=cfg["shortlist_size"], negatives_per_query=cfg["negatives_per_query"],
+            refresh_every_epochs=cfg["refresh_every_epochs"], start_epoch=cfg["start_epoch"],
+            index_kind=cfg["index_kind"], unsampled_positives=unsampled, **ps)
+    return AllLabels(Y, maxp, unsampled, **ps)   # kind "all" (the schema refuses any other)

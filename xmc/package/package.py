@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from xmc.errors import ConfigError, DataFormatError, XMCError
-from xmc.package.predictors import Predictor, kind_of_source, predictor_class
+from xmc.package.predictors import PREDICTORS, Predictor, _copy_tree, _link_or_copy, kind_of_source, predictor_class
 
 FORMAT = "xmc-model-package"
 FORMAT_VERSION = 1
@@ -108,27 +108,19 @@ def read_labels(path: Path) -> tuple[list[str], list[str]]:
 # ------------------------------------------------------------------------------------------------
 # building
 # ------------------------------------------------------------------------------------------------
-def build_package(out_dir: str | Path, *, name: str, method: str, source: str | Path, label_uids: Sequence[str],
-                  label_texts: Sequence[str], options: dict[str, Any] | None = None,
-                  params: dict[str, Any] | None = None, dataset: dict[str, Any] | None = None,
-                  metrics: dict[str, Any] | None = None, training: dict[str, Any] | None = None,
-                  repo: str | Path = ".") -> dict[str, Any]:
-    """Write ``out_dir`` atomically from the trained model at ``source`` and return its manifest.
-
-    ``options``: ``encode_batch_size``, ``index`` (ANN settings), ``space`` (UniDEC), ``tfidf_knn`` and
-    ``train_labels`` (a CSR matrix; label prior and kNN)."""
+def _write_package(out_dir: str | Path, fill: Any, *, name: str, method: str, label_uids: Sequence[str],
+                   label_texts: Sequence[str], params: dict[str, Any] | None, dataset: dict[str, Any] | None,
+                   metrics: dict[str, Any] | None, training: dict[str, Any] | None, repo: str | Path) -> dict[str, Any]:
+    """Labels + the predictor's files (``fill(tmp)`` writes them and returns its manifest section) + manifest,
+    written atomically."""
     from xmc.io import atomic_dir
 
-    source = Path(source)
-    if not source.exists():
-        raise ConfigError(f"{source}: model folder not found (train it first)")
     label_uids, label_texts = list(label_uids), list(label_texts)
-    kind = kind_of_source(source, method)
     with atomic_dir(out_dir) as tmp:
         with open(tmp / LABELS, "w", encoding="utf-8") as fh:
             for u, t in zip(label_uids, label_texts, strict=True):
                 fh.write(json.dumps({"uid": u, "text": t}, ensure_ascii=False) + "\n")
-        section = predictor_class(kind, source).build(source, tmp, label_texts, dict(options or {}))
+        section = fill(tmp)
         manifest = {
             "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "method": method,
             "predictor": section,
@@ -140,6 +132,55 @@ def build_package(out_dir: str | Path, *, name: str, method: str, source: str | 
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
                                     encoding="utf-8")
     return manifest
+
+
+def build_package(out_dir: str | Path, *, name: str, method: str, source: str | Path, label_uids: Sequence[str],
+                  label_texts: Sequence[str], options: dict[str, Any] | None = None,
+                  params: dict[str, Any] | None = None, dataset: dict[str, Any] | None = None,
+                  metrics: dict[str, Any] | None = None, training: dict[str, Any] | None = None,
+                  repo: str | Path = ".") -> dict[str, Any]:
+    """Write ``out_dir`` atomically from the trained model at ``source`` and return its manifest.
+
+    ``options``: ``encode_batch_size``, ``index`` (ANN settings), ``space`` (UniDEC), ``tfidf_knn`` and
+    ``train_labels`` (a CSR matrix; label prior and kNN)."""
+    source = Path(source)
+    if not source.exists():
+        raise ConfigError(f"{source}: model folder not found (train it first)")
+    kind = kind_of_source(source, method)
+    texts = list(label_texts)
+    return _write_package(out_dir, lambda tmp: predictor_class(kind, source).build(source, tmp, texts, dict(options or {})),
+                          name=name, method=method, label_uids=label_uids, label_texts=texts, params=params,
+                          dataset=dataset, metrics=metrics, training=training, repo=repo)
+
+
+def package_from_predictor(out_dir: str | Path, predictor_dir: str | Path, *, name: str, method: str,
+                           label_uids: Sequence[str], label_texts: Sequence[str], params: dict[str, Any] | None = None,
+                           dataset: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+                           training: dict[str, Any] | None = None, repo: str | Path = ".") -> dict[str, Any]:
+    """A package around a predictor the prediction stage already built (``indexes/<name>/``: its files and
+    ``predictor.json``): the index the pipeline evaluated is the one the package serves, built once."""
+    from xmc.io import read_json_file
+
+    src = Path(predictor_dir)
+    section_file = src / "predictor.json"
+    if not section_file.is_file():
+        raise ConfigError(f"{section_file}: missing (run the prediction stage of {name!r} first)")
+    section = read_json_file(section_file, "a predictor description")
+    if not isinstance(section, dict) or section.get("kind") not in PREDICTORS:
+        raise DataFormatError(section_file, None, "not a predictor description (a JSON object with a known 'kind')")
+
+    def fill(tmp: Path) -> dict[str, Any]:
+        for child in src.iterdir():
+            if child.name == "predictor.json":
+                continue
+            if child.is_dir():
+                _copy_tree(child, tmp / child.name)
+            else:
+                _link_or_copy(child, tmp / child.name)
+        return section
+
+    return _write_package(out_dir, fill, name=name, method=method, label_uids=label_uids, label_texts=label_texts,
+                          params=params, dataset=dataset, metrics=metrics, training=training, repo=repo)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -28,17 +28,18 @@ import scipy.sparse as sp
 from xmc.errors import ConfigError, DataFormatError
 
 
+def _link_or_copy(s: str | Path, d: str | Path) -> None:
+    """A hard link where the file system allows (the weights are read-only once trained, and DVC stores one
+    copy of identical files anyway), else a copy."""
+    try:
+        Path(d).hardlink_to(s)
+    except OSError:
+        shutil.copy2(s, d)
+
+
 def _copy_tree(src: Path, dst: Path) -> None:
-    """Copy a model folder into the package; hard links where the file system allows (the weights are
-    read-only once trained, and DVC stores one copy of identical files anyway)."""
-
-    def link_or_copy(s: str, d: str) -> None:
-        try:
-            Path(d).hardlink_to(s)
-        except OSError:
-            shutil.copy2(s, d)
-
-    shutil.copytree(src, dst, copy_function=link_or_copy,
+    """Copy a model folder into a predictor or package folder (hard links where possible)."""
+    shutil.copytree(src, dst, copy_function=_link_or_copy,
                     ignore=shutil.ignore_patterns("train_summary.json", "__pycache__", "README.md"))
 
 
@@ -87,10 +88,16 @@ class Predictor(ABC):
 # ------------------------------------------------------------------------------------------------
 # dense: encoder + ANN index (dual encoders, ASTRA)
 # ------------------------------------------------------------------------------------------------
+def _index_settings(options: dict[str, Any]) -> dict[str, Any]:
+    """params ``index`` (the ANN kind and knobs, the encoding batch size), schema defaults filled."""
+    from xmc.config.schema import IndexConfig, filled
+
+    return filled(IndexConfig, options.get("index"), "index")
+
+
 def _index_options(options: dict[str, Any]) -> dict[str, Any]:
-    icfg = options.get("index") or {}
-    return {"kind": icfg.get("kind", "exact"), "hnsw_m": int(icfg.get("hnsw_m", 32)),
-            "ef_search": int(icfg.get("ef_search", 128)), "nprobe": int(icfg.get("nprobe", 16))}
+    icfg = _index_settings(options)
+    return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe")}
 
 
 class DensePredictor(Predictor):
@@ -106,7 +113,7 @@ class DensePredictor(Predictor):
         from xmc.ann import ANNIndex
         from xmc.encoders import load_encoder
 
-        bs = int(options.get("encode_batch_size", 256))
+        bs = _index_settings(options)["encode_batch_size"]
         if (source / "astra.json").exists():
             from xmc.methods.astra import ASTRAModel
 
@@ -168,7 +175,7 @@ class UniDECPredictor(Predictor):
         space = options.get("space") or "concat"
         if space not in SPACES:
             raise ConfigError(f"package space must be one of {', '.join(SPACES)} (got {space!r})")
-        bs = int(options.get("encode_batch_size", 256))
+        bs = _index_settings(options)["encode_batch_size"]
         model = UniDECModel.load(source, label_texts, space=space)
         vectors = model.label_space_vectors(space, bs, progress=True)
         index = ANNIndex(**_index_options(options)).build(np.ascontiguousarray(vectors, dtype=np.float32))
@@ -286,9 +293,10 @@ class TfidfKNNPredictor(Predictor):
                                   f"{Y.shape[0]} x {Y.shape[1]} for {len(label_texts)} labels")
         shutil.copy2(source / "X_trn.npz", out / "tfidf" / "X_trn.npz")
         save_csr(out / "tfidf" / "Y_trn.npz", Y)
-        knn = options.get("tfidf_knn") or {}
-        return {"kind": cls.kind, "tfidf": "tfidf", "n_neighbors": int(knn.get("n_neighbors", 50)),
-                "power": float(knn.get("power", 1.0))}
+        from xmc.config.schema import TfidfKnnConfig, filled
+
+        knn = filled(TfidfKnnConfig, options.get("tfidf_knn"), "tfidf_knn")
+        return {"kind": cls.kind, "tfidf": "tfidf", "n_neighbors": knn["n_neighbors"], "power": knn["power"]}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfKNNPredictor:

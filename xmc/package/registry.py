@@ -163,7 +163,10 @@ class GateDecision:
 def gate(candidate: dict[str, Any], current: dict[str, Any] | None, cfg: dict[str, Any]) -> GateDecision:
     """Compare two manifests' **validation** metrics: promote when no gated metric falls more than its
     margin (points) below the current holder's, on the same dataset."""
-    margins: dict[str, float] = {k: float(v) for k, v in (cfg.get("max_drop") or {}).items()}
+    from xmc.config.schema import GateConfig, filled
+
+    cfg = filled(GateConfig, cfg, "registry.gate")
+    margins: dict[str, float] = {k: float(v) for k, v in cfg["max_drop"].items()}
     cand = ((candidate.get("metrics") or {}).get("val")) or {}
     missing = [k for k in margins if not isinstance(cand.get(k), (int, float))]
     if missing:
@@ -175,11 +178,11 @@ def gate(candidate: dict[str, Any], current: dict[str, Any] | None, cfg: dict[st
     reasons: list[str] = []
     ok = True
     if candidate.get("labels", {}).get("sha256") != current.get("labels", {}).get("sha256") and \
-            not cfg.get("allow_label_set_change", False):
+            not cfg["allow_label_set_change"]:
         return GateDecision(False, ["the label set differs from the current holder's: validation metrics are not "
                                     "comparable (registry.gate.allow_label_set_change)"])
     if (candidate.get("dataset") or {}).get("sha256") != (current.get("dataset") or {}).get("sha256"):
-        if not cfg.get("allow_dataset_change", False):
+        if not cfg["allow_dataset_change"]:
             return GateDecision(False, ["trained and validated on different data than the current holder "
                                         "(registry.gate.allow_dataset_change)"])
         reasons.append("different data than the current holder (allowed by registry.gate.allow_dataset_change)")

@@ -46,23 +46,27 @@ def train_st_mnrl(texts: list[str], Y: sp.csr_matrix, label_texts: list[str], cf
     from sentence_transformers.losses import MultipleNegativesRankingLoss
     from sentence_transformers.training_args import BatchSamplers
 
-    enc, tr = cfg["encoder"], cfg["train"]
-    model = SentenceTransformer(enc.get("model_dir") or default_model_dir(), device="cpu", local_files_only=True)
-    model.max_seq_length = int(enc.get("max_len_query", 32))
-    if enc.get("freeze_embeddings"):
+    from xmc.config.schema import EncoderConfig, LossConfig, TrainSection, filled
+
+    # the run's sections (partial: the schema's defaults fill the rest)
+    enc, tr = filled(EncoderConfig, cfg["encoder"], "encoder"), filled(TrainSection, cfg["train"], "train")
+    loss_cfg = filled(LossConfig, cfg["loss"], "loss")
+    model = SentenceTransformer(enc["model_dir"] or default_model_dir(), device="cpu", local_files_only=True)
+    model.max_seq_length = enc["max_len_query"]
+    if enc["freeze_embeddings"]:
         model[0].auto_model.get_input_embeddings().weight.requires_grad_(False)
-    bs, epochs = int(tr["batch_size"]), int(tr["epochs"])
-    anchors, positives = mnrl_pairs(texts, Y, label_texts, epochs, int(tr.get("seed", 0)),
-                                    int(tr.get("max_steps_per_epoch", 0)), bs)
+    bs, epochs = tr["batch_size"], tr["epochs"]
+    anchors, positives = mnrl_pairs(texts, Y, label_texts, epochs, tr["seed"], tr["max_steps_per_epoch"], bs)
     data = Dataset.from_dict({"anchor": anchors, "positive": positives})
-    temperature = float(cfg["loss"].get("temperature", 0.05))
-    loss = MultipleNegativesRankingLoss(model, scale=1.0 / temperature)
+    # the loss's temperature is optional in the schema: unset, MNRL keeps its own default scale (20 = 1 / 0.05)
+    scale = {"scale": 1.0 / loss_cfg["temperature"]} if "temperature" in loss_cfg else {}
+    loss = MultipleNegativesRankingLoss(model, **scale)
     args = SentenceTransformerTrainingArguments(
         output_dir=str(work_dir), num_train_epochs=1, per_device_train_batch_size=bs,
-        learning_rate=float(tr["lr"]), warmup_ratio=float(tr.get("warmup_ratio", 0.1)), weight_decay=float(tr.get("weight_decay", 0.01)),
-        max_grad_norm=float(tr.get("grad_clip", 1.0)), lr_scheduler_type="linear",
+        learning_rate=tr["lr"], warmup_ratio=tr["warmup_ratio"], weight_decay=tr["weight_decay"],
+        max_grad_norm=tr["grad_clip"], lr_scheduler_type="linear",
         batch_sampler=BatchSamplers.NO_DUPLICATES, report_to=[], save_strategy="no", logging_steps=10,
-        seed=int(tr.get("seed", 0)), dataloader_drop_last=False, disable_tqdm=False,
+        seed=tr["seed"], dataloader_drop_last=False, disable_tqdm=False,
     )
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=data, loss=loss)
     t0 = time.perf_counter()
@@ -71,8 +75,8 @@ def train_st_mnrl(texts: list[str], Y: sp.csr_matrix, label_texts: list[str], cf
     out_dir = Path(out_dir)
     model.save(str(out_dir))
     (out_dir / "xmc_encoder.json").write_text(json.dumps({
-        "kind": "transformer", "pooling": "mean", "max_len_query": int(enc.get("max_len_query", 32)),
-        "max_len_label": int(enc.get("max_len_label", 32)), "tied": True, "dim": model.get_sentence_embedding_dimension()}, indent=2))
+        "kind": "transformer", "pooling": "mean", "max_len_query": enc["max_len_query"],
+        "max_len_label": enc["max_len_label"], "tied": True, "dim": model.get_sentence_embedding_dimension()}, indent=2))
     summary = {"train_seconds": round(seconds, 2), "pairs": len(anchors), "steps": int(trainer.state.global_step)}
     (out_dir / "train_summary.json").write_text(json.dumps(summary, indent=2))
     return summary

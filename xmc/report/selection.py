@@ -96,11 +96,14 @@ def select_all(
     seed: int = 0,
     level: float = 0.95,
 ) -> dict[str, Any]:
-    """Every choice of params ``selection`` plus the settings used: the content of reports/selection.json."""
-    metric = str(selection.get("metric", "P@5"))
-    alpha = float(selection.get("alpha", 0.05))
+    """Every choice of params ``selection`` (partial: the schema's defaults fill the rest) plus the settings used:
+    the content of reports/selection.json."""
+    from xmc.config.schema import SelectionConfig, filled
+
+    selection = filled(SelectionConfig, selection, "selection")
+    metric, alpha = selection["metric"], selection["alpha"]
     choices = []
-    for name, choice in (selection.get("choices") or {}).items():
+    for name, choice in selection["choices"].items():
         res = select({**choice, "name": name}, val_metrics, val_contrib, metric, alpha, n_resamples, seed, level)
         choices.append({"name": str(name), **res})
     return {"settings": {"split": "val", "metric": metric, "alpha": alpha, "n_resamples": n_resamples,

@@ -35,17 +35,22 @@ class RetrievalEvaluator:
                    ) -> tuple[RetrievalEvaluator | None, int]:
         """The per-epoch monitor of a training run and its period (``train.eval_every_epochs``; 0 = none):
         the first ``train.val_max_instances`` queries of the **validation** split (0 = all of it). The test
-        split is never loaded for training, so it cannot leak into curves, early stopping or choices."""
-        every = int(train_cfg.get("eval_every_epochs", 0))
+        split is never loaded for training, so it cannot leak into curves, early stopping or choices.
+        ``train_cfg`` and ``eval_params`` (the params ``train`` and ``evaluate`` sections) may be partial: the
+        schema's defaults fill the rest."""
+        from xmc.config.schema import EvaluateConfig, TrainSection, filled
+
+        train_cfg = filled(TrainSection, train_cfg, "train")
+        every = train_cfg["eval_every_epochs"]
         if not every:
             return None, 0
-        ev = eval_params or {}
+        ev = filled(EvaluateConfig, eval_params, "evaluate")
         if ds.val is None or len(ds.val) == 0:
             return None, 0
-        n_val = int(train_cfg.get("val_max_instances", 500)) or len(ds.val)
+        n_val = train_cfg["val_max_instances"] or len(ds.val)
         freq = np.asarray(ds.trn.Y.sum(0)).ravel()
         return cls(ds.val.texts[:n_val], ds.val.Y[:n_val], freq, len(ds.trn),
-                   a=float(ev.get("propensity_a", 0.55)), b=float(ev.get("propensity_b", 1.5))), every
+                   a=ev["propensity_a"], b=ev["propensity_b"]), every
 
     def __call__(self, model: Any) -> dict[str, float]:
         pred = predict_topk(model, self.texts, self.k)

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
+from xmc.config.schema import TrainSection, filled
 from xmc.negatives.base import CandidateBatch, NegativeSampler
 from xmc.train.checkpoint import clean_stale_temporaries, load_checkpoint, save_checkpoint
 from xmc.train.objective import Objective, RetrievalObjective
@@ -33,29 +34,37 @@ from xmc.train.objective import Objective, RetrievalObjective
 log = logging.getLogger(__name__)
 
 
+_DEFAULTS = TrainSection().model_dump()   # the schema's train section: the one place these defaults live
+
+
 @dataclass
 class TrainConfig:
-    epochs: int = 1
-    batch_size: int = 64
-    lr: float = 1e-4
-    group_lr: dict[str, float] = field(default_factory=dict)  # parameter-group name -> lr
+    """The trainer's settings: the params ``train`` section (:class:`xmc.config.schema.TrainSection`, whose
+    defaults these are) less what only the stages read (``eval_every_epochs``, ``val_max_instances``)."""
+
+    epochs: int = _DEFAULTS["epochs"]
+    batch_size: int = _DEFAULTS["batch_size"]
+    lr: float = _DEFAULTS["lr"]
+    # parameter-group name -> lr
+    group_lr: dict[str, float] = field(default_factory=lambda: dict(_DEFAULTS["group_lr"]))
     # parameter-group name -> "adamw" (default) | "sgd" (plain SGD; sparse gradients update only touched rows)
-    group_optimizer: dict[str, str] = field(default_factory=dict)
-    schedule: str = "linear"  # linear | cosine (both after linear warm-up)
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    grad_clip: float = 1.0
-    label_chunk_size: int = 2048  # all-labels mode: labels re-encoded per chunk (bounds memory)
-    amp: str = "auto"  # auto (bf16 on CUDA) | off
-    seed: int = 0
-    max_steps_per_epoch: int = 0  # 0 = full epochs; >0 caps the budget (CPU profiles)
-    checkpoint_every_steps: int = 0
-    device: str = "auto"
+    group_optimizer: dict[str, str] = field(default_factory=lambda: dict(_DEFAULTS["group_optimizer"]))
+    schedule: str = _DEFAULTS["schedule"]  # linear | cosine (both after linear warm-up)
+    weight_decay: float = _DEFAULTS["weight_decay"]
+    warmup_ratio: float = _DEFAULTS["warmup_ratio"]
+    grad_clip: float = _DEFAULTS["grad_clip"]
+    label_chunk_size: int = _DEFAULTS["label_chunk_size"]  # all-labels mode: labels re-encoded per chunk (bounds memory)
+    amp: str = _DEFAULTS["amp"]  # auto (bf16 on CUDA) | off
+    seed: int = _DEFAULTS["seed"]
+    max_steps_per_epoch: int = _DEFAULTS["max_steps_per_epoch"]  # 0 = full epochs; >0 caps the budget (CPU profiles)
+    checkpoint_every_steps: int = _DEFAULTS["checkpoint_every_steps"]
+    device: str = _DEFAULTS["device"]
 
     @classmethod
-    def from_params(cls, p: dict[str, Any]) -> TrainConfig:
-        known = {f for f in cls.__dataclass_fields__}
-        return cls(**{k: v for k, v in p.items() if k in known})
+    def from_params(cls, p: dict[str, Any] | None) -> TrainConfig:
+        """From a params ``train`` section (partial: the schema's defaults fill the rest; every key is checked)."""
+        p = filled(TrainSection, p, "train")
+        return cls(**{k: p[k] for k in cls.__dataclass_fields__})
 
     def fingerprint(self, extra: dict[str, Any] | None = None) -> str:
         blob = json.dumps({**asdict(self), **(extra or {})}, sort_keys=True, default=str)

@@ -125,8 +125,7 @@ def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str,
     import great_expectations as gx
 
     E = gx.expectations
-    max_chars = int(params.get("max_text_chars", 2000))
-    max_label_chars = int(params.get("max_label_chars", 4000))
+    max_chars, max_label_chars = params["max_text_chars"], params["max_label_chars"]
     counts = ds.meta.get("counts", {})
     suites: dict[str, list[tuple[str, Any]]] = {}
     for name, what in SPLIT_NAMES:
@@ -175,8 +174,12 @@ def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str,
     return suites
 
 
-def validate_dataset(ds: XMCDataset, params: dict[str, Any]) -> ValidationSummary:
-    """Run every expectation suite in an ephemeral GX context; never raises on failures."""
+def validate_dataset(ds: XMCDataset, params: dict[str, Any] | None) -> ValidationSummary:
+    """Run every expectation suite in an ephemeral GX context; never raises on failures. ``params``: the params
+    ``validate`` section (partial: the schema's defaults fill the rest)."""
+    from xmc.config.schema import ValidateConfig, filled
+
+    params = filled(ValidateConfig, params, "validate")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     import great_expectations as gx
 
@@ -210,7 +213,7 @@ def validate_dataset(ds: XMCDataset, params: dict[str, Any]) -> ValidationSummar
             ))
     summary = ValidationSummary(
         checks=checks,
-        label_frequency=label_frequency_summary(ds, int(params.get("head_min_freq", 100)), int(params.get("tail_max_freq", 5))),
+        label_frequency=label_frequency_summary(ds, params["head_min_freq"], params["tail_max_freq"]),
         counts=ds.counts(),
     )
     log.info("validation: %d checks, %d critical failures, %d warnings",

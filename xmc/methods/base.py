@@ -1,0 +1,237 @@
+"""The method interface and the one run harness.
+
+Every method (the papers' five, their ablation runs, the peers) implements :class:`Method` once:
+
+* ``train(ctx, data)`` writes the trained model into ``ctx.model_dir`` and returns its training summary;
+  methods trained by the shared :class:`~xmc.train.Trainer` derive from :class:`TrainerMethod` and only say
+  how to *build* their parts (model, sampler, objective, how to save);
+* ``prediction_variants`` / ``predictor_source`` / ``predictor_kind`` say what the prediction stage builds
+  a predictor (:mod:`xmc.package.predictors`) from, which is also what the model package holds.
+
+:func:`train_run` and :func:`predict_run` are the harness the two uniform stages call
+(``stages.train <run>``, ``stages.predict <run> [val] [tst]``): seed → build → train → curves → save →
+summary, and build predictor → search each split → top-k files, the same for every method.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from xmc.methods.runs import RunSpec, find_run
+
+log = logging.getLogger(__name__)
+
+SUMMARY = "train_summary.json"
+PREDICTOR_SECTION = "predictor.json"   # the predictor's manifest section, next to its files in indexes/<name>/
+
+
+def set_threads() -> None:
+    """Use every core the machine (or ``XMC_THREADS``) gives this process."""
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
+
+
+@dataclass
+class RunContext:
+    """Where one run reads its settings and writes its outputs."""
+
+    params: dict[str, Any]   # the whole validated params.yaml (evaluation, index and data settings)
+    run: RunSpec
+    model_dir: Path          # the (temporary) folder the trained model is written to
+    work_dir: Path           # resumable checkpoints (checkpoints/<run>/)
+    plots_dir: Path          # training curves (plots/train/<run>/)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.run.config
+
+
+class Method(ABC):
+    """One way of training a retriever and predicting with it."""
+
+    name: ClassVar[str]
+    #: processed splits training reads (``()``: the method reads its own inputs, e.g. MACLR's pseudo pairs)
+    train_splits: ClassVar[tuple[str, ...]] = ("trn", "val")
+    #: the :mod:`xmc.package.predictors` kind that predicts with a trained model of this method
+    predictor_kind: ClassVar[str] = "dense"
+    #: False for the peers whose "training" is another stage's output (the TF-IDF features)
+    trainable: ClassVar[bool] = True
+
+    @abstractmethod
+    def train(self, ctx: RunContext, data: Any) -> dict[str, Any]:
+        """Train on ``data`` (the splits in :attr:`train_splits`), write the model into ``ctx.model_dir``
+        and return the training summary (``train_seconds`` at least)."""
+
+    def prediction_variants(self, run: RunSpec) -> dict[str, dict[str, Any]]:
+        """Prediction name -> predictor options; one per run, except where one model serves several spaces."""
+        return {run.name: {}}
+
+    def predictor_source(self, run: RunSpec, params: dict[str, Any]) -> Path:
+        """What the predictor is built from: the trained model folder."""
+        return Path("models") / run.name
+
+    def train_seconds(self, run: RunSpec, params: dict[str, Any]) -> float:
+        path = self.predictor_source(run, params) / SUMMARY
+        return float(json.loads(path.read_text())["train_seconds"]) if path.is_file() else 0.0
+
+
+@dataclass
+class TrainingParts:
+    """What a :class:`TrainerMethod` builds for the one trainer."""
+
+    model: Any
+    sampler: Any
+    objective: Any
+    fingerprint: dict[str, Any]                     # settings that make a checkpoint resumable by this run
+    save: Callable[[Path], None]                    # write the trained model into a folder
+    after_fit: Callable[[dict[str, Any]], dict[str, Any]] = field(default=lambda history: {})  # -> summary fields
+
+
+class TrainerMethod(Method):
+    """A method trained by the shared :class:`~xmc.train.Trainer`: it only builds its parts."""
+
+    @abstractmethod
+    def build(self, ctx: RunContext, ds: Any) -> TrainingParts:
+        """Model, sampler, objective and how to save, for the run's settings on ``ds``."""
+
+    def train(self, ctx: RunContext, ds: Any) -> dict[str, Any]:
+        import torch
+
+        from xmc.train import RetrievalEvaluator, Trainer, TrainConfig
+
+        cfg = ctx.config
+        torch.manual_seed(int(cfg["train"]["seed"]))
+        parts = self.build(ctx, ds)
+        evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], ctx.params["evaluate"])
+        trainer = Trainer(parts.model, parts.sampler, parts.objective, TrainConfig.from_params(cfg["train"]),
+                          ds.trn.texts, ctx.work_dir, evaluator=evaluator, eval_every_epochs=every,
+                          fingerprint_extra=parts.fingerprint)
+        t0 = time.perf_counter()
+        result = trainer.fit()
+        extra = parts.after_fit(result["history"])
+        wall = time.perf_counter() - t0
+        trainer.write_curves(ctx.plots_dir)
+        parts.save(ctx.model_dir)
+        hist = result["history"]
+        return {
+            "train_seconds": round(sum(e["seconds"] for e in hist["epochs"]), 2),  # epochs include ANN refreshes
+            "wall_seconds_this_run": round(wall, 2),
+            "epochs": len(hist["epochs"]),
+            "steps": trainer.global_step,
+            "final_loss": hist["loss"][-1]["loss"] if hist["loss"] else None,
+            "refresh_seconds": [round(s, 2) for s in getattr(parts.sampler, "refresh_seconds", [])],
+            "refreshed_at_epochs": list(getattr(parts.sampler, "refreshed_at", [])),
+            **extra,   # a method's own fields (and its own refresh record, where its sampler wraps another)
+            "device": str(trainer.device),
+            "last_validation": hist["val"][-1] if hist["val"] else None,
+        }
+
+
+# ------------------------------------------------------------------------------------------------
+# the harness of the two uniform stages
+# ------------------------------------------------------------------------------------------------
+def load_method(params: dict[str, Any], name: str) -> tuple[RunSpec, Method]:
+    from xmc.methods import get_method
+
+    run = find_run(params, name)
+    return run, get_method(run.method)
+
+
+def train_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict[str, Any]:
+    """Train the run ``name`` -> ``models/<name>/`` (atomically, with ``train_summary.json``)."""
+    from xmc.data import load_processed
+    from xmc.errors import ConfigError
+    from xmc.io import atomic_dir
+
+    run, method = load_method(params, name)
+    if not method.trainable:
+        raise ConfigError(f"{name}: the {run.method} peer has no training stage (it predicts from "
+                          f"{method.predictor_source(run, params)})")
+    root = Path(root)
+    set_threads()
+    data = load_processed(root / params["data"]["processed_dir"], splits=method.train_splits) \
+        if method.train_splits else None
+    with atomic_dir(root / "models" / name) as tmp:
+        ctx = RunContext(params, run, tmp, root / "checkpoints" / name, root / "plots" / "train" / name)
+        summary = {"run": name, "method": run.method, **method.train(ctx, data)}
+        (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
+    log.info("trained %s (%s) in %.1f s", name, run.method, summary.get("train_seconds", 0.0))
+    return summary
+
+
+def predictor_options(params: dict[str, Any], ds: Any, variant: dict[str, Any]) -> dict[str, Any]:
+    """Everything a predictor may need when it is built; each kind reads its own keys."""
+    import scipy.sparse as sp
+
+    return {"index": params["index"], "tfidf_knn": params["tfidf_knn"], "train_labels": sp.csr_matrix(ds.trn.Y), **variant}
+
+
+def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root: str | Path = ".",
+                chunk: int = 8192) -> dict[str, dict[str, Any]]:
+    """Build the run's predictor(s) into ``indexes/<variant>/`` and write ``predictions/<variant>/<split>_topk.npz``
+    (+ ``timing.json``) for each split, through the same :class:`~xmc.package.predictors.Predictor` that the
+    model package loads: what the pipeline evaluates is what ``xmc predict`` serves."""
+    import numpy as np
+
+    from xmc.data import load_processed
+    from xmc.io import atomic_dir, write_json
+    from xmc.package.predictors import predictor_class
+    from xmc.predictions import TopK
+
+    run, method = load_method(params, name)
+    root = Path(root)
+    set_threads()
+    ds = load_processed(root / params["data"]["processed_dir"], splits=("trn", *splits))
+    k = int(params["evaluate"]["top_k"])
+    source = root / method.predictor_source(run, params)
+    cls = predictor_class(method.predictor_kind, source)
+    timings = {}
+    for variant, options in method.prediction_variants(run).items():
+        t0 = time.perf_counter()
+        with atomic_dir(root / "indexes" / variant) as tmp:
+            section = cls.build(source, tmp, ds.label_texts, predictor_options(params, ds, options))
+            (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
+        index_seconds = time.perf_counter() - t0
+        predictor = cls.load(root / "indexes" / variant, section, ds.label_texts)
+        by_split = {}
+        for split in splits:
+            t0 = time.perf_counter()
+            texts = ds.split(split).texts
+            parts = [predictor.search(texts[i : i + chunk], k) for i in range(0, len(texts), chunk)]
+            D = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
+            I = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
+            TopK(I.astype(np.int32), D.astype(np.float32)).save(root / "predictions" / variant / f"{split}_topk.npz")
+            by_split[split] = round(time.perf_counter() - t0, 2)
+        timing = {"train_seconds": method.train_seconds(run, params), "index_seconds": round(index_seconds, 2),
+                  "predict_seconds": by_split.get("tst", by_split.get("val")), "predict_seconds_by_split": by_split,
+                  "predictor": section["kind"], **{k_: v for k_, v in options.items()},
+                  **({"index_kind": predictor.index.kind, "on_gpu": predictor.index.on_gpu}
+                     if hasattr(predictor, "index") else {})}
+        write_json(root / "predictions" / variant / "timing.json", timing)
+        timings[variant] = timing
+        log.info("predicted %s on %s (%s)", variant, " ".join(splits), section["kind"])
+    return timings
+
+
+def find_prediction(params: dict[str, Any], name: str) -> tuple[RunSpec, Method, dict[str, Any]]:
+    """The run, method and predictor options behind a prediction name (a run, or one of its variants)."""
+    from xmc.errors import ConfigError
+    from xmc.methods.runs import all_runs
+
+    for run_name in all_runs(params):
+        if not name.startswith(run_name):
+            continue
+        run, method = load_method(params, run_name)
+        variants = method.prediction_variants(run)
+        if name in variants:
+            return run, method, variants[name]
+    raise ConfigError(f"params.yaml: {name!r} is not a run or a prediction of one")
