@@ -28,11 +28,22 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
+# The linear one-vs-all peer (PECOS XR-Linear) needs numpy < 2 and scipy < 1.14: its own small environment.
+# libpecos without its optional deep-learning dependencies (XR-Linear uses none of them).
+PECOS_VENV ?= .venv-pecos
+$(PECOS_VENV)/.installed: Makefile
+	$(PYTHON) -m venv $(PECOS_VENV)
+	$(PECOS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PECOS_VENV)/bin/python -m pip install -q "numpy>=1.24,<2" "scipy>=1.10,<1.14" "scikit-learn>=1.3,<1.6" \
+		"pydantic>=2,<3" "pyyaml>=6" "tqdm>=4"
+	$(PECOS_VENV)/bin/python -m pip install -q --no-deps "libpecos==1.2.8"
+	touch $@
+
 .dvc/config:
 	@if git rev-parse --git-dir >/dev/null 2>&1; then $(BIN)/dvc init -q; else $(BIN)/dvc init -q --no-scm; fi
 	$(BIN)/dvc config core.analytics false
 
-setup: $(VENV)/.installed .dvc/config
+setup: $(VENV)/.installed $(PECOS_VENV)/.installed .dvc/config
 
 # The main pipeline: data, validation, the peers and one default run of every method (about an hour on 2 cores).
 run: setup

@@ -19,8 +19,8 @@ from flows.dvc_tasks import run_dvc_stage, stage_order
 from flows.guard import confine_name, confine_repo, repo_lock
 from xmc.config import load_params, set_offline_env
 
-# every stage that trains or encodes with a neural encoder
-GPU_STAGE_PATTERNS = ("train@*", "train_*", "predict@*", "predict_unidec@*")
+# every stage that trains or encodes with a neural encoder (the linear peer's stages run on the CPU worker)
+GPU_STAGE_PATTERNS = ("train@*", "train_*@*", "train_st_mnrl", "predict@*", "predict_unidec@*")
 
 
 def _gpu_deployment_ready(name: str) -> bool:

@@ -54,6 +54,8 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
             shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(src, dest / name)
+    if (ROOT / ".venv-pecos").is_dir():  # the linear peer's environment (make setup), shared with the checkout
+        (dest / ".venv-pecos").symlink_to(ROOT / ".venv-pecos")
     set_param(dest, "data.dataset_dir", str(dataset_dir))
     set_param(dest, "data.subsample", {"trn": trn_docs, "tst": tst_docs, "unit": "documents", "labels": labels})
     extra = dict(extra_params or {})

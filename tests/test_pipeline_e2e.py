@@ -11,7 +11,7 @@ from tests.pipeline_repo import SEMCOR, make_repo, run, set_param, stages_run, w
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
 
-BASELINES = ["label_prior", "tfidf_zeroshot", "tfidf_knn"]
+BASELINES = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear"]
 
 
 @pytest.fixture(scope="module")
@@ -23,19 +23,20 @@ def repo(tmp_path_factory):
 def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
     first = run(["dvc", "repro", "report"], repo)
     ran = stages_run(first.stdout)
-    assert {"ingest", "validate", "tfidf", "label_prior", "tfidf_zeroshot", "tfidf_knn", "report"} <= set(ran)
-    assert {"evaluate@label_prior", "evaluate@tfidf_zeroshot", "evaluate@tfidf_knn"} <= set(ran)
+    assert {"ingest", "validate", "tfidf", "label_prior", "tfidf_zeroshot", "tfidf_knn", "train_xr_linear",
+            "predict_xr_linear", "report"} <= set(ran)
+    assert {"evaluate@label_prior", "evaluate@tfidf_zeroshot", "evaluate@tfidf_knn", "evaluate@xr_linear"} <= set(ran)
 
     meta = json.loads((repo / "data/processed/meta.json").read_text())
     # 3 training documents: one became the validation split (whole documents move)
     assert meta["counts"]["trn"]["groups"] == 2 and meta["counts"]["val"]["groups"] == 1
     assert meta["counts"]["tst"]["groups"] == 1
     assert meta["counts"]["n_labels"] == 25819
-    for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn"):
+    for m in BASELINES:
         metrics = json.loads((repo / f"metrics/{m}.json").read_text())
         assert 0 <= metrics["P@1"] <= 100 and metrics["n_test"] == meta["counts"]["tst"]["instances"]
     table = (repo / "reports/comparison.md").read_text()
-    assert "| tfidf_knn |" in table and "| label_prior |" in table
+    assert "| tfidf_knn |" in table and "| label_prior |" in table and "| xr_linear |" in table
     assert (repo / "reports/validation/report.html").read_text().count("<tr class=") >= 10
 
     second = run(["dvc", "repro", "report"], repo)

@@ -510,6 +510,23 @@ class PretrainedConfig(Section):
     encoder: EncoderConfig = EncoderConfig()
 
 
+class XrLinearConfig(Section):
+    """The linear one-vs-all peer (PECOS XR-Linear, ``stages/xr_linear.py``)."""
+
+    label_embedding: Literal["pifa", "pii"] = "pifa"   # label features for the label tree (PECOS LabelEmbeddingFactory)
+    nr_splits: Annotated[int, Field(ge=2, le=1024)] = 16  # children per tree node
+    max_leaf_size: PosInt = 100
+    threshold: NonNegFloat = 0.1      # weights below this are pruned (sparse models)
+    Cp: PosFloat = 1.0                 # cost of positives / negatives in the per-node linear SVMs
+    Cn: PosFloat = 1.0
+    solver_type: Literal["L2R_L2LOSS_SVC_DUAL", "L2R_LR_DUAL", "L2R_L2LOSS_SVC_PRIMAL", "L2R_LR_PRIMAL"] = \
+        "L2R_L2LOSS_SVC_DUAL"
+    beam_size: PosInt = 10             # tree nodes kept per level at prediction
+    post_processor: Literal["l3-hinge", "sigmoid", "noop", "l2-hinge", "log-sigmoid"] = "l3-hinge"
+    seed: Seed = 0
+    threads: Annotated[int, Field(ge=-1)] = -1   # -1: every core
+
+
 class IndexConfig(Section):
     kind: IndexKind = "exact"
     hnsw_m: Annotated[int, Field(ge=4, le=512)] = 32
@@ -610,6 +627,7 @@ class ParamsConfig(Section):
     st_mnrl: StMnrlConfig = StMnrlConfig()
     pretrained: dict[str, PretrainedConfig] = {}
     index: IndexConfig = IndexConfig()
+    xr_linear: XrLinearConfig = XrLinearConfig()
     maclr: MaclrConfig = MaclrConfig()
     ramen: RamenConfig = RamenConfig()
     unidec: MethodSection = MethodSection()
@@ -812,7 +830,7 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     unidec = set(p["unidec"]["runs"])
     defined = (set(p["runs"]) | set(p["maclr"]["runs"]) | set(p["maclr"]["fewshot"]["runs"]) | set(p["pretrained"])
                | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | {"st_mnrl", "label_prior", "tfidf_zeroshot",
-                                                                        "tfidf_knn"}
+                                                                        "tfidf_knn", "xr_linear"}
                | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")})
 
     def check(path: tuple[Any, ...], name: Any, strict: bool, pool: set[str] = defined,

@@ -1,0 +1,99 @@
+"""The linear one-vs-all peer (PECOS XR-Linear) in its own environment, on the pipeline's TF-IDF features.
+
+Runs the real stage with the real libpecos in ``.venv-pecos`` (``make setup`` creates it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import yaml
+
+from tests.pipeline_repo import ROOT
+
+PECOS_PY = ROOT / ".venv-pecos" / "bin" / "python"
+pytestmark = pytest.mark.skipif(not PECOS_PY.exists(), reason=".venv-pecos missing: run `make setup`")
+
+TOPICS = {
+    "river": ["the river bank was flooded", "water flows down the river", "a boat on the river"],
+    "money": ["she paid money into her account", "the bank lent him money", "money in a savings account"],
+    "tree": ["green leaves on the tree", "the tree lost its leaves", "an old oak tree in the park"],
+    "fruit": ["a red apple is a fruit", "he ate fruit for lunch", "fresh fruit and an apple"],
+}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    from xmc.baselines import fit_tfidf
+    from xmc.data import Split, XMCDataset, save_processed
+
+    root = tmp_path_factory.mktemp("xr")
+    labels = list(TOPICS)
+    texts, rows = [], []
+    for _ in range(4):
+        for lid, name in enumerate(labels):
+            for t in TOPICS[name]:
+                texts.append(t)
+                rows.append(lid)
+    Y = sp.csr_matrix((np.ones(len(rows), np.float32), (np.arange(len(rows)), rows)), shape=(len(rows), len(labels)))
+
+    def split(idx: list[int]) -> Split:
+        return Split([f"u{i}" for i in idx], [texts[i] for i in idx], Y[idx])
+
+    ds = XMCDataset(label_uids=[f"L{i}" for i in range(4)], label_texts=labels, trn=split(list(range(len(texts)))),
+                    val=split(list(range(12))), tst=split(list(range(12, 24))), meta={"content_sha256": "x"})
+    save_processed(ds, root / "data/processed")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["data"]["processed_dir"] = "data/processed"
+    params["xr_linear"].update({"nr_splits": 2, "max_leaf_size": 2, "threads": 1})
+    (root / "params.yaml").write_text(yaml.safe_dump(params))
+    fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(root / "data/tfidf")
+    return root
+
+
+def _stage(repo: Path, *argv: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([str(PECOS_PY), "-m", "stages.xr_linear", *argv], cwd=repo, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_trains_and_predicts_the_training_topics(repo):
+    from xmc.predictions import TopK
+
+    p = _stage(repo, "train")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert (repo / "models/xr_linear/model/param.json").is_file()
+    p = _stage(repo, "predict", "val", "tst")
+    assert p.returncode == 0, p.stderr[-2000:]
+    for split, first in (("val", 0), ("tst", 12)):
+        top = TopK.load(repo / f"predictions/xr_linear/{split}_topk.npz")
+        assert top.indices.shape[0] == 12 and (top.indices[:, :4] >= 0).all()
+        truth = np.array([i // 3 % 4 for i in range(first, first + 12)])
+        assert (top.indices[:, 0] == truth).mean() >= 0.9, (split, top.indices[:, 0], truth)
+        assert np.all(np.diff(top.scores[:, :4], axis=1) <= 0)
+    assert "train_seconds" in (repo / "predictions/xr_linear/timing.json").read_text()
+
+
+def test_the_peer_environment_transforms_texts_like_the_main_one(repo):
+    """The vectoriser saved as plain data (vocabulary, idf, settings) gives the same rows under the PECOS
+    environment's scikit-learn as the tfidf stage wrote."""
+    code = ("import scipy.sparse as sp; from xmc.baselines import TfidfFeatures; from xmc.data import load_processed;"
+            "f = TfidfFeatures.load('data/tfidf'); ds = load_processed('data/processed', splits=('trn', 'val'));"
+            "sp.save_npz('X_val_peer.npz', f.transform(ds.val.texts))")
+    p = subprocess.run([str(PECOS_PY), "-c", code], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    a, b = sp.load_npz(repo / "X_val_peer.npz").tocsr(), sp.load_npz(repo / "data/tfidf/X_val.npz").tocsr()
+    assert a.shape == b.shape and abs(a - b).max() < 1e-6
+
+
+def test_without_libpecos_the_error_is_one_line(repo):
+    p = subprocess.run([sys.executable, "-m", "stages.xr_linear", "train"], cwd=repo,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2 and len(errors) == 1 and ".venv-pecos" in errors[0], p.stderr[-2000:]
