@@ -37,10 +37,12 @@ def small_model(labels, seed: int = 0) -> ASTRAModel:
 
 
 @pytest.mark.parametrize("with_shortlist", [False, True])
-def test_sampled_loss_is_unbiased_estimate_of_full_ova_loss(with_shortlist):
+@pytest.mark.parametrize("uniform_shared", [False, True], ids=["per_query", "shared"])
+def test_sampled_loss_is_unbiased_estimate_of_full_ova_loss(with_shortlist, uniform_shared):
     texts, labels, Y = synthetic(n_q=16, n_l=40)
     model = small_model(labels)
-    sampler = ASTRANegatives(Y, model.dim, hard_negatives=5, uniform_negatives=7, start_epoch=0)
+    sampler = ASTRANegatives(Y, model.dim, hard_negatives=5, uniform_negatives=7, start_epoch=0,
+                             uniform_shared=uniform_shared)
     if with_shortlist:
         sampler.on_epoch_start(0, model, texts)
         assert sampler.shortlist is not None and sampler.refreshed_at == [0]

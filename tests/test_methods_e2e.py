@@ -12,11 +12,14 @@ from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipelin
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
 SMALL_BOW = {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 2, "tied": True, "dropout": 0.0}
-METHODS = ["astra", "ramen", "unidec", "unidec_de_only", "unidec_clf_only", "maclr"]
+METHODS = ["astra", "ramen", "unidec", "unidec_de_only", "unidec_clf_only", "maclr", "astra_hybrid", "unidec_de_only_hybrid",
+           "name_match", "name_match_prior"]
 TINY = {
     "methods": METHODS,
     "predictions": {"ramen": "val tst", "maclr": "val tst", "astra": "val tst"},
     "unidec_predictions": {"unidec": "val tst"},
+    "hybrid.runs": ["astra", "unidec_de_only"],
+    "packages": METHODS,
     # ASTRA
     "astra.defaults.encoder": SMALL_BOW,
     "astra.defaults.train.epochs": 3,
@@ -65,7 +68,8 @@ def test_every_method_trains_predicts_and_lands_in_the_report(repo):
     p = run(["dvc", "repro", "report"], repo, timeout=900)
     ran = set(stages_run(p.stdout))
     expected = {"graph", "train_ramen@ramen", "predict@ramen", "train_unidec@unidec", "predict_unidec@unidec", "train_astra@astra",
-                "predict@astra", "maclr_pseudo_pairs", "train_maclr@maclr", "predict@maclr"} | {f"evaluate@{m}" for m in METHODS}
+                "predict@astra", "maclr_pseudo_pairs", "train_maclr@maclr", "predict@maclr", "fuse@astra",
+                "fuse@unidec_de_only", "name_match", "name_match_prior"} | {f"evaluate@{m}" for m in METHODS}
     assert expected <= ran, expected - ran
     table = (repo / "reports/comparison.md").read_text()
     for m in METHODS:

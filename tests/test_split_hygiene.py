@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 # prediction (writes top-k for the test texts, never reads test labels) and evaluation / reporting; the
 # package stage records the test metrics in a package's manifest (the promotion gate reads validation only)
 TEST_READERS = {"ingest", "validate", "label_prior", "tfidf_zeroshot", "tfidf_knn", "predict", "predict_unidec",
-                "predict_xr_linear",
+                "predict_xr_linear", "name_match", "name_match_prior", "fuse",
                 "evaluate", "evaluate_ablation", "report", "report_ablations", "package"}
 # outputs that hold test material: any dependency on them (or on a folder holding them) reads the test split
 TEST_MATERIAL = ("data/processed", "metrics", "plots/eval", "evaluation/tst", "evaluation/ablations",
@@ -116,7 +116,9 @@ def test_selection_candidates_are_predicted_and_validated() -> None:
     predicted = {**params["predictions"], **params["unidec_predictions"]}
     for suffix in ("_de_only", "_clf_only"):
         predicted.update({f"{r}{suffix}": v for r, v in params["unidec_predictions"].items()})
-    predicted.update({m: "val tst" for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear")})
+    predicted.update({m: "val tst" for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear", "name_match",
+                                              "name_match_prior")})
+    predicted.update({f"{r}_hybrid": "val tst" for r in params["hybrid"]["runs"]})
     validated = set(params["validated"])
     for name, choice in params["selection"]["choices"].items():
         assert choice["reference"] in choice["candidates"], name

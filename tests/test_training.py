@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -144,10 +146,23 @@ def test_killed_training_resumes_from_checkpoint_and_matches_uninterrupted(tmp_p
 
 def test_checkpoint_from_other_settings_is_not_resumed(tmp_path):
     texts, labels, Y = toy()
-    _, t = _train(tmp_path, Y, texts, labels, InBatchNegatives(Y), epochs=1)
-    t.fit()
+    _, t = _train(tmp_path, Y, texts, labels, _FailingSampler(Y, fail_at=4), epochs=2)
+    with pytest.raises(_Boom):
+        t.fit()
     _, t_other = _train(tmp_path, Y, texts, labels, InBatchNegatives(Y), epochs=3)
     assert not t_other.try_resume()
+    _, t_same = _train(tmp_path, Y, texts, labels, InBatchNegatives(Y), epochs=2)
+    assert t_same.try_resume()
+
+
+def test_a_finished_run_keeps_no_checkpoint(tmp_path):
+    """The last epoch writes no checkpoint (the model is saved next) and a finished run removes the resumable
+    state (GBs for large tables), leaving a small record."""
+    texts, labels, Y = toy()
+    _, t = _train(tmp_path, Y, texts, labels, InBatchNegatives(Y), epochs=2)
+    t.fit()
+    assert not (tmp_path / "checkpoint.pt").exists()
+    assert json.loads((tmp_path / "completed.json").read_text())["global_step"] == t.global_step == 10
 
 
 def test_training_reduces_loss_and_learns_the_toy_task(tmp_path):
@@ -263,3 +278,29 @@ def test_per_epoch_monitoring_scores_the_validation_split_never_test():
     no_test = XMCDataset(ds.label_uids, ds.label_texts, trn, None, val=val)
     assert RetrievalEvaluator.monitoring(no_test, {"eval_every_epochs": 1}, None)[0].texts == ["val one", "val two"]
     assert RetrievalEvaluator.monitoring(no_test, {"eval_every_epochs": 0}, None) == (None, 0)
+
+
+def test_row_adam_follows_torch_sparse_adam():
+    """RowAdam is SparseAdam's rule (lazy Adam: untouched rows and their moments stay put) in one pass."""
+    from torch import nn
+
+    from xmc.train.row_adam import RowAdam
+
+    torch.manual_seed(0)
+    a = nn.Embedding(50, 8, sparse=True)
+    b = nn.Embedding(50, 8, sparse=True)
+    b.weight.data.copy_(a.weight.data)
+    oa, ob = RowAdam(a.parameters(), lr=0.05), torch.optim.SparseAdam(b.parameters(), lr=0.05)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        ids = torch.from_numpy(rng.integers(0, 30, size=40))  # rows 30..49 are never touched; ids repeat
+        target = torch.randn(40, 8)
+        for emb, opt in ((a, oa), (b, ob)):
+            opt.zero_grad()
+            ((emb(ids) - target) ** 2).sum().backward()
+            opt.step()
+    assert torch.allclose(a.weight, b.weight, atol=1e-5)
+    assert torch.equal(a.weight[30:], b.weight[30:])
+    sa, sb = oa.state[a.weight], ob.state[b.weight]
+    assert sa["step"] == sb["step"] == 20
+    assert torch.allclose(sa["exp_avg"], sb["exp_avg"], atol=1e-6) and torch.allclose(sa["exp_avg_sq"], sb["exp_avg_sq"], atol=1e-6)

@@ -242,6 +242,9 @@ class TrainSection(Section):
     val_max_instances: NonNegInt = 500
     amp: Literal["auto", "off"] = "auto"
     device: str = "auto"
+    # lazy Adam of the sparse embedding tables (bag-of-words buckets, ASTRA/UniDEC classifiers): row_adam
+    # updates the touched rows in one pass; torch_sparse_adam is torch's SparseAdam (same rule)
+    sparse_optimizer: Literal["row_adam", "torch_sparse_adam"] = "row_adam"
     seed: Seed = 0
 
     @field_validator("device")
@@ -416,6 +419,7 @@ class AstraNegatives(Section):
     mine_with: Literal["classifiers", "label_embeddings"] = "classifiers"
     index_kind: IndexKind = "exact"
     async_refresh: bool = False
+    uniform_shared: bool = False      # one uniform draw per batch shared by its queries (a matrix product)
     encode_batch_size: PosInt | None = None
     hnsw_m: Annotated[int, Field(ge=4, le=512)] | None = None
     ef_search: PosInt | None = None
@@ -508,6 +512,21 @@ class StMnrlConfig(Section):
 
 class PretrainedConfig(Section):
     encoder: EncoderConfig = EncoderConfig()
+
+
+class LabelNamesConfig(Section):
+    """Which part of a label text is its name (xmc.lexical.names) and how long a name may be."""
+
+    mode: Literal["auto", "prefix", "text"] = "auto"
+    max_words: Annotated[int, Field(ge=1, le=8)] = 4
+
+
+class HybridConfig(Section):
+    """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored with fusion weights fit on validation."""
+
+    runs: list[str] = []
+    C: PosFloat = 1.0                 # inverse L2 strength of the logistic fusion
+    cross_fit_folds: Annotated[int, Field(ge=2, le=20)] = 2   # validation folds (by document) for honest val metrics
 
 
 class XrLinearConfig(Section):
@@ -628,6 +647,8 @@ class ParamsConfig(Section):
     pretrained: dict[str, PretrainedConfig] = {}
     index: IndexConfig = IndexConfig()
     xr_linear: XrLinearConfig = XrLinearConfig()
+    label_names: LabelNamesConfig = LabelNamesConfig()
+    hybrid: HybridConfig = HybridConfig()
     maclr: MaclrConfig = MaclrConfig()
     ramen: RamenConfig = RamenConfig()
     unidec: MethodSection = MethodSection()
@@ -831,7 +852,14 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     defined = (set(p["runs"]) | set(p["maclr"]["runs"]) | set(p["maclr"]["fewshot"]["runs"]) | set(p["pretrained"])
                | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | {"st_mnrl", "label_prior", "tfidf_zeroshot",
                                                                         "tfidf_knn", "xr_linear"}
-               | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")})
+               | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")} | {"name_match", "name_match_prior"})
+    for i, run in enumerate(p["hybrid"]["runs"]):
+        if run not in defined:
+            out.append((("hybrid", "runs", i), f"{run!r} is not a run of any method"))
+        elif "tst" not in (p["predictions"].get(run) or p["unidec_predictions"].get(run.removesuffix("_de_only")
+                                                                                     .removesuffix("_clf_only")) or "val tst"):
+            out.append((("hybrid", "runs", i), f"{run!r} must predict both val and tst (params predictions)"))
+    defined = defined | {f"{r}_hybrid" for r in p["hybrid"]["runs"]}
 
     def check(path: tuple[Any, ...], name: Any, strict: bool, pool: set[str] = defined,
               what: str = "not a run of any method") -> None:

@@ -25,6 +25,7 @@ METHODS: dict[str, str] = {
     "label_prior": "xmc.methods.peers:LabelPriorMethod",
     "tfidf_zeroshot": "xmc.methods.peers:TfidfZeroShotMethod",
     "tfidf_knn": "xmc.methods.peers:TfidfKNNMethod",
+    "label_names": "xmc.methods.peers:LabelNameMethod",
 }
 
 

@@ -158,6 +158,10 @@ class ASTRANegatives(NegativeSampler):
       negatives; from τ_s on the shortlist is rebuilt at τ_s, τ_s + τ_r, ...;
     * ``mine_with``: ``classifiers`` (ASTRA: index over [w_l, b_l]) or ``label_embeddings`` (ANCE
       style: index over Φ(z_l), the paper's Observation-1 ablation);
+    * ``uniform_shared``: one draw of k_r uniform labels (without replacement) per batch, shared by its
+      queries, each weighted L/k_r and masked where it is the query's positive or hard negative: still an
+      unbiased estimate of the loss over [L] \\ (P ∪ H) for every query, scored as one matrix product
+      (B x d by d x k_r) that touches k_r classifier rows per step instead of B·k_r;
     * ``async_refresh``: mine in a background thread during the epoch before the refresh epoch,
       from that moment's classifiers and the previous epoch's query embeddings (the paper's
       pipelining); off = mine at the start of the refresh epoch (same staleness of the queries).
@@ -166,7 +170,8 @@ class ASTRANegatives(NegativeSampler):
     def __init__(self, Y: sp.csr_matrix, dim: int, max_positives_per_query: int = 0, hard_negatives: int = 50,
                  uniform_negatives: int = 400, refresh_every_epochs: int = 5, start_epoch: int = 5,
                  mine_with: str = "classifiers", index_kind: str = "exact", async_refresh: bool = False,
-                 work_dir: str | Path | None = None, encode_batch_size: int = 256, **index_kw: Any) -> None:
+                 uniform_shared: bool = False, work_dir: str | Path | None = None, encode_batch_size: int = 256,
+                 **index_kw: Any) -> None:
         super().__init__(Y, max_positives_per_query, unsampled_positives="positive")
         if refresh_every_epochs < 1:
             raise ConfigError("astra.negatives.refresh_every_epochs must be >= 1")
@@ -178,6 +183,7 @@ class ASTRANegatives(NegativeSampler):
         self.refresh_every, self.start_epoch = int(refresh_every_epochs), int(start_epoch)
         self.mine_with, self.index_kind, self.index_kw = mine_with, index_kind, index_kw
         self.async_refresh, self.encode_batch_size = bool(async_refresh), encode_batch_size
+        self.uniform_shared = bool(uniform_shared)
         self.work_dir = Path(work_dir) if work_dir is not None else None
         N = self.Y.shape[0]
         # the previous epoch's query embeddings [Φ(x), 1], filled by the objective (NaN = not seen)
@@ -298,6 +304,16 @@ class ASTRANegatives(NegativeSampler):
         n_hard = h_ok.sum(1)
         # fresh uniform negatives from [L] \ H: each stands for (L - |H|)/k_uni labels, so the sum is an
         # unbiased estimate of the negative loss over [L] \ H; a draw that hits a positive adds nothing (y = 1)
+        shared = None
+        if self.uniform_shared and k_uni:
+            # one uniform draw for the batch: P(l drawn) = k_uni / L for every l, so weight L / k_uni makes the
+            # masked sum an unbiased estimate over [L] \ (P ∪ H) of each query
+            shared = np.sort(rng.choice(L, size=min(k_uni, L), replace=False)).astype(np.int64)
+            s_ids = np.broadcast_to(shared, (B, len(shared)))
+            s_ok = ~self._is_positive(query_idx, s_ids)
+            if hard.shape[1]:
+                s_ok &= ~(s_ids[:, :, None] == hard[:, None, :]).any(2)
+            k_uni = 0
         uni = self._uniform(rng, (B, k_uni), hard) if k_uni else np.zeros((B, 0), np.int64)
         u_ok = ~self._is_positive(query_idx, uni) if k_uni else np.zeros((B, 0), bool)
         cand = np.concatenate([p_ids, np.where(h_ok, hard, -1), uni], 1)
@@ -307,10 +323,14 @@ class ASTRANegatives(NegativeSampler):
         weight = np.concatenate([np.ones((B, kp), np.float32), np.ones(hard.shape, np.float32), u_w], 1)
         kind = np.concatenate([np.full((B, kp), 1, np.int8), np.full(hard.shape, 2, np.int8),
                                np.full((B, k_uni), 3, np.int8)], 1)  # for the logged loss parts
-        batch = CandidateBatch(query_idx, np.unique(cand[valid]), torch.from_numpy(pos), valid=torch.from_numpy(valid),
+        label_ids = np.unique(cand[valid]) if shared is None else np.union1d(cand[valid], shared)
+        batch = CandidateBatch(query_idx, label_ids, torch.from_numpy(pos), valid=torch.from_numpy(valid),
                                weights=torch.from_numpy(weight))
         batch.extras.update({"candidates": torch.from_numpy(np.where(valid, cand, 0)), "drawn": cand,
                              "kind": torch.from_numpy(kind), "record": self.record_query_vectors})
+        if shared is not None:
+            batch.extras.update({"shared_uniform": torch.from_numpy(shared), "shared_valid": torch.from_numpy(s_ok),
+                                 "shared_weight": float(L) / len(shared)})
         return batch
 
     # ---- checkpoint ----------------------------------------------------------------------------------
@@ -358,11 +378,22 @@ class ASTRAObjective(Objective):
         pos, valid, weights = self.targets(batch, q.device)
         per = F.binary_cross_entropy_with_logits(s, pos.float(), reduction="none") * weights * valid
         loss = per.sum(1).mean()
+        shared = batch.extras.get("shared_uniform")
+        shared_part = 0.0
+        if shared is not None:
+            # the batch's shared uniform negatives: one (B x d) @ (d x R) product, label y = 0 for every entry
+            s_sh = (q @ model.classifiers(shared.to(q.device)).T).float()
+            ok = batch.extras["shared_valid"].to(q.device)
+            per_sh = F.softplus(s_sh) * ok * batch.extras["shared_weight"]
+            shared_loss = per_sh.sum(1).mean()
+            loss = loss + shared_loss
+            shared_part = float(shared_loss.detach())
         kind = batch.extras.get("kind")
         if kind is not None:
             kind = kind.to(q.device)
             self.last_parts = {name: float(per[kind == code].sum().detach()) / max(1, len(q))
                                for name, code in (("positive", 1), ("hard", 2), ("uniform", 3))}
+            self.last_parts["uniform"] += shared_part
         return loss
 
 

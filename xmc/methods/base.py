@@ -227,6 +227,11 @@ def find_prediction(params: dict[str, Any], name: str) -> tuple[RunSpec, Method,
     from xmc.errors import ConfigError
     from xmc.methods.runs import all_runs
 
+    from xmc.lexical.fuse import SUFFIX
+
+    if name.endswith(SUFFIX) and name[: -len(SUFFIX)] in params["hybrid"]["runs"]:
+        run, method, options = find_prediction(params, name[: -len(SUFFIX)])
+        return run, method, {**options, "hybrid": {**params["hybrid"], "label_names": params["label_names"]}}
     for run_name in all_runs(params):
         if not name.startswith(run_name):
             continue

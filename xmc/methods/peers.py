@@ -78,3 +78,21 @@ class LabelPriorMethod(_TfidfPeer):
 
     def train_seconds(self, run: RunSpec, params: dict[str, Any]) -> float:
         return 0.0
+
+
+class LabelNameMethod(_TfidfPeer):
+    """The sparse label-name retriever (:mod:`xmc.lexical`): labels whose names occur in the text, lemmatised.
+    ``name_match`` ranks longer, less ambiguous matches first and reads no training data (zero-shot);
+    ``name_match_prior`` ranks the matches by their training counts (the most frequent sense)."""
+
+    name = "label_names"
+    predictor_kind = "label_names"
+
+    def prediction_variants(self, run: RunSpec) -> dict[str, dict[str, Any]]:
+        return {run.name: {"ranking": run.config["ranking"], "label_names": run.config["label_names"]}}
+
+    def predictor_source(self, run: RunSpec, params: dict[str, Any]) -> Path:
+        return Path(params["data"]["processed_dir"]) / "lbl.jsonl"
+
+    def train_seconds(self, run: RunSpec, params: dict[str, Any]) -> float:
+        return 0.0

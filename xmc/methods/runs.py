@@ -25,7 +25,9 @@ RUN_SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...] | None], ...] = 
     ("maclr_fewshot", ("maclr", "fewshot", "runs"), ("maclr", "fewshot", "defaults")),
     ("pretrained", ("pretrained",), None),
 )
-PEER_RUNS = ("st_mnrl", "label_prior", "tfidf_zeroshot", "tfidf_knn")
+PEER_RUNS = ("st_mnrl", "label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match", "name_match_prior")
+# the label-name retriever's two rankings: no training data at all, and by training sense frequency
+NAME_MATCH_RANKING = {"name_match": "zero_shot", "name_match_prior": "prior"}
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,7 @@ def _section_runs(params: dict[str, Any]) -> Iterator[tuple[str, str, tuple[str,
 def all_runs(params: dict[str, Any]) -> dict[str, str]:
     """Every run name defined in ``params`` -> its method."""
     out = {name: method for name, method, _, _ in _section_runs(params)}
-    out.update({name: name for name in PEER_RUNS})
+    out.update({name: "label_names" if name in NAME_MATCH_RANKING else name for name in PEER_RUNS})
     return out
 
 
@@ -86,6 +88,9 @@ def find_run(params: dict[str, Any], name: str) -> RunSpec:
         if name == "tfidf_knn":
             cfg["tfidf_knn"] = params["tfidf_knn"]
         return RunSpec(name, name, cfg, name)
+    if name in NAME_MATCH_RANKING:
+        return RunSpec(name, "label_names", {"ranking": NAME_MATCH_RANKING[name], "label_names": params["label_names"]},
+                       "label_names")
     import difflib
 
     known = sorted(all_runs(params))

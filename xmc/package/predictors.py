@@ -351,8 +351,133 @@ class LabelPriorPredictor(Predictor):
         return top.scores.astype(np.float32), top.indices.astype(np.int64)
 
 
+# ------------------------------------------------------------------------------------------------
+# label names: the lexical retriever, and a method's predictor fused with name matches
+# ------------------------------------------------------------------------------------------------
+def _load_counts(path: Path, n_labels: int) -> np.ndarray:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            counts = np.asarray(z["counts"], np.float64)
+    except (OSError, ValueError, KeyError) as e:
+        raise DataFormatError(path, None, f"not a label-count file ({str(e)[:120]})") from None
+    if counts.shape != (n_labels,):
+        raise DataFormatError(path, None, f"{counts.size} counts for {n_labels} labels")
+    return counts
+
+
+def _lexical_settings(section: dict[str, Any], where: Path) -> dict[str, Any]:
+    mode, words = section.get("label_names"), section.get("max_words")
+    if mode not in ("auto", "prefix", "text") or not isinstance(words, int) or words < 1:
+        raise DataFormatError(where, None, "not a label-name predictor description (label_names, max_words)")
+    return {"mode": mode, "max_words": words}
+
+
+class LabelNamePredictor(Predictor):
+    """Labels whose names occur in the text (lemmatised, up to ``max_words`` words). ``ranking``: ``zero_shot``
+    (longer, then less ambiguous matches first, the part of speech agreeing; no training data) or ``prior``
+    (the label's training count first: the most frequent sense of each matched word)."""
+
+    kind = "label_names"
+
+    def __init__(self, matcher: Any, ranking: str, counts: np.ndarray | None) -> None:
+        self.matcher, self.ranking, self.counts = matcher, ranking, counts
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        from xmc.io import save_npz_deterministic
+        from xmc.lexical import LabelNameMatcher, parse_label_names
+
+        ranking = options.get("ranking", "zero_shot")
+        if ranking not in ("zero_shot", "prior"):
+            raise ConfigError(f"label-name ranking must be zero_shot or prior (got {ranking!r})")
+        names = parse_label_names(label_texts, options["label_names"]["mode"])
+        matcher = LabelNameMatcher(names, options["label_names"]["max_words"], label_texts)
+        out.mkdir(parents=True, exist_ok=True)
+        if ranking == "prior":  # only this ranking reads training labels
+            counts = np.asarray(options["train_labels"].sum(0)).ravel().astype(np.float32)
+            save_npz_deterministic(out / "train_counts.npz", counts=counts)
+        return {"kind": cls.kind, "ranking": ranking, "label_names": names.mode, "max_words": matcher.max_words,
+                "names": int(len(matcher.by_name))}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> LabelNamePredictor:
+        from xmc.lexical import LabelNameMatcher, parse_label_names
+
+        st = _lexical_settings(section, root)
+        matcher = LabelNameMatcher(parse_label_names(label_texts, st["mode"]), st["max_words"], label_texts)
+        ranking = section.get("ranking")
+        counts = _load_counts(root / "train_counts.npz", len(label_texts)) if ranking == "prior" else None
+        return cls(matcher, ranking, counts)
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        D = np.full((len(texts), k), -np.inf, np.float32)
+        I = np.full((len(texts), k), -1, np.int64)
+        for r, text in enumerate(texts):
+            found = self.matcher.match(text)
+            if not found:
+                continue
+            lids = np.fromiter(found, np.int64, len(found))
+            if self.ranking == "prior":
+                sc = np.log1p(self.counts[lids]) + 1e-3 * np.array([found[l].words for l in lids])
+            else:
+                # longer names first; then the part of speech agreeing, less ambiguous and more specific names
+                sc = np.array([10.0 * m.words + 2.0 * m.pos_agrees - np.log(m.ambiguity) + 0.2 * m.specificity
+                               for m in found.values()])
+            order = np.lexsort((lids, -sc))[:k]
+            I[r, : len(order)], D[r, : len(order)] = lids[order], sc[order]
+        return D, I
+
+
+class HybridPredictor(Predictor):
+    """A method's predictor (``base/``) whose top-``base_k`` is merged with the labels named in the text and
+    re-scored by fusion weights fit on the validation split (:mod:`xmc.lexical.hybrid`)."""
+
+    kind = "hybrid"
+
+    def __init__(self, base: Predictor, ranker: Any, base_k: int) -> None:
+        self.base, self.ranker, self.base_k = base, ranker, base_k
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        """``source``: the base method's built predictor folder (``indexes/<run>/``, with ``predictor.json``);
+        ``options["ranker"]``: a fitted :class:`xmc.lexical.hybrid.HybridRanker`."""
+        from xmc.io import read_json_file
+
+        base_section = read_json_file(source / "predictor.json", "a predictor description")
+        _copy_tree(source, out / "base")
+        (out / "base" / "predictor.json").unlink(missing_ok=True)
+        ranker = options["ranker"]
+        ranker.save(out / "fusion")
+        return {"kind": cls.kind, "base": base_section, "base_k": int(options["base_k"]), "fusion": "fusion",
+                "label_names": ranker.names.mode, "max_words": ranker.matcher.max_words}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> HybridPredictor:
+        from xmc.io import read_json_file
+        from xmc.lexical.hybrid import FusionWeights, HybridRanker
+
+        st = _lexical_settings(section, root)
+        base_section = section.get("base")
+        if not isinstance(base_section, dict) or base_section.get("kind") in (None, cls.kind):
+            raise DataFormatError(root, None, "a hybrid predictor needs a base predictor section")
+        base = predictor_class(base_section["kind"], root).load(root / "base", base_section, label_texts)
+        fusion = read_json_file(root / section.get("fusion", "fusion") / "fusion.json", "fusion weights")
+        try:
+            weights = FusionWeights.from_json(fusion)
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataFormatError(root / "fusion" / "fusion.json", None, f"not fusion weights ({str(e)[:120]})") from None
+        counts = _load_counts(root / "fusion" / "train_counts.npz", len(label_texts))
+        ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"])
+        return cls(base, ranker, int(section.get("base_k", 100)))
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        D, I = self.base.search(texts, self.base_k)
+        return self.ranker.rank(texts, D, I, k)
+
+
 PREDICTORS: dict[str, type[Predictor]] = {p.kind: p for p in (DensePredictor, UniDECPredictor, TfidfZeroShotPredictor,
-                                                                TfidfKNNPredictor, LabelPriorPredictor)}
+                                                                TfidfKNNPredictor, LabelPriorPredictor,
+                                                                LabelNamePredictor, HybridPredictor)}
 
 
 def kind_of_source(source: Path, name: str) -> str:
@@ -372,5 +497,6 @@ def predictor_class(kind: Any, where: Path) -> type[Predictor]:
     return PREDICTORS[kind]
 
 
-__all__ = ["PREDICTORS", "DensePredictor", "LabelPriorPredictor", "Predictor", "TfidfKNNPredictor",
+__all__ = ["PREDICTORS", "DensePredictor", "HybridPredictor", "LabelNamePredictor", "LabelPriorPredictor", "Predictor",
+           "TfidfKNNPredictor",
            "TfidfZeroShotPredictor", "UniDECPredictor", "kind_of_source", "predictor_class"]

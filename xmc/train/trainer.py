@@ -59,6 +59,7 @@ class TrainConfig:
     max_steps_per_epoch: int = _DEFAULTS["max_steps_per_epoch"]  # 0 = full epochs; >0 caps the budget (CPU profiles)
     checkpoint_every_steps: int = _DEFAULTS["checkpoint_every_steps"]
     device: str = _DEFAULTS["device"]
+    sparse_optimizer: str = _DEFAULTS["sparse_optimizer"]  # row_adam | torch_sparse_adam (embedding tables)
 
     @classmethod
     def from_params(cls, p: dict[str, Any] | None) -> TrainConfig:
@@ -146,7 +147,12 @@ class Trainer:
         if dense_groups:
             opts.append(torch.optim.AdamW(dense_groups))
         if sparse_groups:
-            opts.append(torch.optim.SparseAdam(sparse_groups))
+            if self.cfg.sparse_optimizer == "row_adam":
+                from xmc.train.row_adam import RowAdam
+
+                opts.append(RowAdam(sparse_groups))
+            else:  # torch's SparseAdam: the same rule, the reference the row-wise one is measured against
+                opts.append(torch.optim.SparseAdam(sparse_groups))
         if sgd_groups:
             opts.append(torch.optim.SGD(sgd_groups))
         self._dense_params = [p for g in dense_groups for p in g["params"]]
@@ -274,9 +280,21 @@ class Trainer:
             self.history["epochs"].append({"epoch": epoch + 1, "seconds": round(epoch_seconds, 2),
                                            "steps": len(batches)})
             self.epoch, self.step_in_epoch = epoch + 1, 0
-            self.save_checkpoint()
+            if self.epoch < self.cfg.epochs:  # after the last epoch the trained model itself is saved next
+                self.save_checkpoint()
         self.model.eval()
+        self._completed()
         return {"train_seconds_this_run": time.perf_counter() - t_start, "history": self.history}
+
+    def _completed(self) -> None:
+        """A finished run keeps no resumable state: a rerun happens only when its settings or data changed,
+        and then starts afresh. The checkpoint (model + optimiser moments: GBs for large tables) is replaced
+        by a small record of the run."""
+        clean_stale_temporaries(self.ckpt_path)
+        self.ckpt_path.unlink(missing_ok=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "completed.json").write_text(json.dumps(
+            {"fingerprint": self.fingerprint, "epochs": self.epoch, "global_step": self.global_step}, indent=2))
 
     def write_curves(self, plots_dir: str | Path) -> None:
         """loss.csv (per step) and validation.csv (per epoch) for DVC plots."""

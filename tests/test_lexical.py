@@ -1,0 +1,143 @@
+"""Label names as evidence: name parsing, the lemmatising matcher, the label-name retriever, the hybrid fusion
+and its package predictor, on small hand-written label sets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+from xmc.lexical import LabelNameMatcher, parse_label_names
+from xmc.lexical.fuse import validation_folds
+from xmc.lexical.hybrid import HYBRID_FEATURES, HybridRanker, fit_fusion
+
+WORDNET_STYLE = [
+    "breathe, take a breath, respire (v): draw air into, and expel out of, the lungs",   # 0
+    "bank (n): sloping land beside a body of water",                                     # 1
+    "bank, banking company (n): a financial institution that accepts deposits",          # 2
+    "bank (v): do business with a bank",                                                 # 3
+    "irregularity, abnormality (n): behavior that breaches the rule",                    # 4
+    "one-half, half (n): one of two equal parts",                                        # 5
+    "a, angstrom (n): a metric unit of length",                                          # 6  (a function word as a name)
+    "take (v): get into one's hands",                                                    # 7
+    "river (n): a large natural stream of water",                                        # 8
+]
+
+
+@pytest.fixture
+def matcher():
+    return LabelNameMatcher(parse_label_names(WORDNET_STYLE), label_texts=WORDNET_STYLE)
+
+
+def test_names_are_parsed_from_wordnet_style_texts_and_titles():
+    n = parse_label_names(WORDNET_STYLE)
+    assert n.mode == "prefix" and n.names[0] == ["breathe", "take a breath", "respire"] and n.tags[0] == "v"
+    assert n.names[5] == ["one half", "half"] and n.names[2] == ["bank", "banking company"]
+    titles = parse_label_names(["Apple iPhone 12, 64 GB", "Harry Potter and the Goblet of Fire"])
+    assert titles.mode == "text" and titles.names[1] == ["harry potter and the goblet of fire"] and titles.tags == [None, None]
+    assert parse_label_names(WORDNET_STYLE, "text").names[1] == ["bank (n): sloping land beside a body of water"]
+
+
+def test_inflected_and_multi_word_names_match(matcher):
+    m = matcher.match("He took a breath on the banks of the rivers ; irregularities were one-half of it .")
+    assert m[0].words == 3 and m[0].pos_agrees            # took a breath -> take a breath
+    assert {1, 2, 3, 4, 5, 7, 8} <= set(m)                # banks, irregularities, one-half, took, rivers
+    assert m[1].ambiguity == 3 and m[4].ambiguity == 1    # three labels are named "bank"
+    assert m[5].words == 2                                # "one-half" spells the two-word name "one half"
+
+
+def test_part_of_speech_agreement(matcher):
+    m = matcher.match("She banked the cheque")           # banked: a verb form only
+    assert m[3].pos_agrees and not m[1].pos_agrees and not m[2].pos_agrees
+
+
+def test_function_word_names_match_but_rank_below_content_matches(matcher):
+    from xmc.package.predictors import LabelNamePredictor
+
+    p = LabelNamePredictor(matcher, "zero_shot", None)
+    D, I = p.search(["take a breath by a river"], 5)
+    ids = I[0].tolist()
+    assert 6 in ids and ids.index(0) < ids.index(6) and ids.index(8) < ids.index(6)
+
+
+def test_sense_prior_prefers_the_frequent_sense(matcher):
+    counts = np.zeros(len(WORDNET_STYLE))
+    counts[[1, 2, 3]] = [2, 30, 1]
+    prior, mfs = matcher.sense_prior(counts)
+    assert prior[2] > prior[1] > prior[3] and mfs[2] and not mfs[1]
+    assert np.isclose(prior[1] + prior[2] + prior[3], 1.0)
+    # the prior ranking puts the most frequent sense first
+    from xmc.package.predictors import LabelNamePredictor
+
+    D, I = LabelNamePredictor(matcher, "prior", counts).search(["a bank"], 3)
+    assert I[0, 0] == 2
+
+
+def test_fusion_learns_to_use_name_evidence_and_ranks_the_union():
+    """A base method whose top-1 is always a wrong label and whose list misses the true one: the true label is
+    named in each text, so the fused ranking (fit on half the texts, checked on the other half) finds it."""
+    rng = np.random.default_rng(0)
+    n_labels, texts, gold, D, I = len(WORDNET_STYLE), [], [], [], []
+    words = {4: "irregularities", 8: "rivers", 5: "one-half", 0: "took a breath"}
+    for i in range(80):
+        true = int(rng.choice(list(words)))
+        texts.append(f"there were {words[true]} here")
+        gold.append(true)
+        wrong = [x for x in range(n_labels) if x != true]
+        ids = rng.permutation(wrong)[:4]
+        D.append(np.sort(rng.random(4))[::-1].astype(np.float32))
+        I.append(ids)
+    D, I = np.array(D), np.array(I)
+    Y = sp.csr_matrix((np.ones(80), (np.arange(80), gold)), shape=(80, n_labels))
+    ranker = HybridRanker(WORDNET_STYLE, "auto", np.ones(n_labels))
+    fit = ranker.table(texts[:40], D[:40], I[:40])
+    ranker.weights = fit_fusion(fit, Y[:40])
+    w = dict(zip(HYBRID_FEATURES, ranker.weights.weights))
+    assert w["matched"] > 0
+    S, R = ranker.rank(texts[40:], D[40:], I[40:], 3)
+    assert (R[:, 0] == np.array(gold[40:])).mean() > 0.9
+    assert (I[40:, 0] == np.array(gold[40:])).mean() == 0.0   # the base method alone: never
+
+
+def test_validation_folds_keep_documents_together():
+    groups = ["d1", "d1", "d2", "d3", "d2", None, "d3"]
+    f = validation_folds(groups, len(groups), 2)
+    assert f[0] == f[1] and f[2] == f[4] and f[3] == f[6] and set(f) == {0, 1}
+    assert set(validation_folds(["d1"] * 6, 6, 2)) == {0, 1}   # one document: blocks of rows
+
+
+def test_hybrid_package_predicts_like_the_ranker(tmp_path):
+    """A package around a base predictor + fusion weights: the API's top-k equals the ranker applied to the base
+    predictor's top-k (what the fuse stage writes)."""
+    import xmc
+    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.package import build_package, package_from_predictor
+    from xmc.package.predictors import HybridPredictor
+
+    uids = [f"L{i}" for i in range(len(WORDNET_STYLE))]
+    HashedBagOfWordsEncoder(dim=16, n_buckets=2048).save(tmp_path / "model")
+    build_package(tmp_path / "base_pkg", name="base", method="dexml", source=tmp_path / "model", label_uids=uids,
+                  label_texts=WORDNET_STYLE, options={"index": {"kind": "exact"}})
+    base_dir = tmp_path / "base_predictor"
+    base_dir.mkdir()
+    import json
+    import shutil
+
+    manifest = json.loads((tmp_path / "base_pkg/manifest.json").read_text())
+    for sub in ("encoder", "index"):
+        shutil.copytree(tmp_path / "base_pkg" / sub, base_dir / sub)
+    (base_dir / "predictor.json").write_text(json.dumps(manifest["predictor"]))
+    texts = ["the banks of the river", "took a breath", "irregularities in one-half of them"]
+    base = xmc.load(str(tmp_path / "base_pkg"))
+    D, I = base.topk(texts, 5)
+    ranker = HybridRanker(WORDNET_STYLE, "auto", np.arange(len(WORDNET_STYLE), dtype=float))
+    Y = sp.csr_matrix((np.ones(3), ([0, 1, 2], [8, 0, 4])), shape=(3, len(WORDNET_STYLE)))
+    ranker.weights = fit_fusion(ranker.table(texts, D, I), Y)
+    out = tmp_path / "hybrid_predictor"
+    section = HybridPredictor.build(base_dir, out, WORDNET_STYLE, {"ranker": ranker, "base_k": 5})
+    (out / "predictor.json").write_text(json.dumps(section))
+    package_from_predictor(tmp_path / "hybrid_pkg", out, name="hyb", method="dexml", label_uids=uids,
+                           label_texts=WORDNET_STYLE)
+    S, R = xmc.load(str(tmp_path / "hybrid_pkg")).topk(texts, 4)
+    S2, R2 = ranker.rank(texts, D, I, 4)
+    assert np.array_equal(R, R2) and np.allclose(S, S2)

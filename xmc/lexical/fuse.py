@@ -1,0 +1,86 @@
+"""The fuse stage's work: a run's predictions + label-name matches -> the run's hybrid predictions and predictor.
+
+Fusion weights are fit on the validation split only. The validation predictions of the hybrid are cross-fitted
+(weights fit on the other folds of validation documents), so its validation metrics are not in-sample; the
+test predictions use the weights fit on the whole validation split, through the same ranker the model package's
+``hybrid`` predictor runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+SUFFIX = "_hybrid"
+
+
+def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.ndarray:
+    """Fold of each validation row: whole documents (groups) go together, round-robin in sorted order;
+    rows without a group are split by position."""
+    keys = sorted({str(g) for g in groups if g is not None}) if groups else []
+    if len(keys) < n_folds:  # fewer documents than folds: contiguous blocks of rows
+        return (np.arange(n_rows) * n_folds // max(1, n_rows)).astype(np.int64)
+    fold_of = {g: i % n_folds for i, g in enumerate(keys)}
+    return np.array([fold_of[str(g)] if g is not None else i % n_folds for i, g in enumerate(groups)], np.int64)
+
+
+def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict[str, Any]:
+    from xmc.data import load_processed
+    from xmc.errors import ConfigError
+    from xmc.io import atomic_dir, read_json, write_json
+    from xmc.lexical.hybrid import HybridRanker, fit_fusion, top_k
+    from xmc.methods.base import PREDICTOR_SECTION
+    from xmc.package.predictors import HybridPredictor
+    from xmc.predictions import TopK
+
+    root = Path(root)
+    cfg, names_cfg = params["hybrid"], params["label_names"]
+    k = params["evaluate"]["top_k"]
+    base_dir = root / "predictions" / name
+    out_name = name + SUFFIX
+    for split in ("val", "tst"):
+        if not (base_dir / f"{split}_topk.npz").is_file():
+            raise ConfigError(f"{base_dir / f'{split}_topk.npz'}: missing (the run must predict val and tst)")
+    ds = load_processed(root / params["data"]["processed_dir"], splits=("trn", "val", "tst"))
+    counts = np.asarray(ds.trn.Y.sum(0)).ravel()
+    t0 = time.perf_counter()
+    ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"])
+    val = TopK.load(base_dir / "val_topk.npz")
+    table = ranker.table(ds.val.texts, val.scores, val.indices)
+    folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
+    cross = np.zeros(len(table.rows))
+    for f in range(cfg["cross_fit_folds"]):
+        held = folds[table.rows] == f
+        if held.any() and (~held).any():
+            from xmc.lexical.hybrid import CandidateTable
+
+            fit = fit_fusion(CandidateTable(table.rows[~held], table.labels[~held], table.X[~held]), ds.val.Y, cfg["C"])
+            cross[held] = fit.score(table.X[held])
+    ranker.weights = fit_fusion(table, ds.val.Y, cfg["C"])
+    fit_seconds = time.perf_counter() - t0
+    D, I = top_k(table, cross, len(ds.val), k)
+    TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "val_topk.npz")
+    t0 = time.perf_counter()
+    tst = TopK.load(base_dir / "tst_topk.npz")
+    D, I = ranker.rank(ds.tst.texts, tst.scores, tst.indices, k)
+    TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "tst_topk.npz")
+    rank_seconds = time.perf_counter() - t0
+    with atomic_dir(root / "indexes" / out_name) as tmp:
+        section = HybridPredictor.build(root / "indexes" / name, tmp, ds.label_texts, {"ranker": ranker, "base_k": k})
+        (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
+    base_timing = read_json(base_dir / "timing.json") if (base_dir / "timing.json").is_file() else {}
+    summary = {"train_seconds": round(float(base_timing.get("train_seconds", 0.0)) + fit_seconds, 2),
+               "fusion_fit_seconds": round(fit_seconds, 2),
+               "predict_seconds": round(float(base_timing.get("predict_seconds") or 0.0) + rank_seconds, 2),
+               "predictor": "hybrid", "base": name, "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
+               "fusion": ranker.weights.to_json(), "cross_fit_folds": cfg["cross_fit_folds"]}
+    write_json(root / "predictions" / out_name / "timing.json", summary)
+    log.info("fused %s with label names: %.1f candidates per text, weights %s", name, summary["candidates_per_text"],
+             dict(zip(ranker.weights.features, np.round(ranker.weights.weights, 3).tolist())))
+    return summary

@@ -1,0 +1,147 @@
+"""Hybrid candidates and a learned fusion: a method's top-k ∪ the labels whose names occur in the text,
+re-scored by a logistic model over the method's score and the name-match evidence.
+
+Features of a (text, label) candidate (:data:`HYBRID_FEATURES`): the method's score (the row's lowest
+retrieved score minus one where the method did not retrieve the label), whether the method retrieved it,
+the name-match features of :mod:`xmc.lexical.matcher`, and the label's log training count. The weights are
+fit on the **validation** split (a handful of numbers, like any other choice made there); the validation
+metrics of the fused ranking are cross-fitted by document group so that they are not in-sample.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmc.lexical.matcher import FEATURES, LabelNameMatcher, Match
+
+HYBRID_FEATURES = ("method_score", "method_retrieved", *FEATURES, "log_train_count")
+
+
+@dataclass
+class CandidateTable:
+    """Every candidate of a batch of texts: row (text index), label id and feature vector."""
+
+    rows: np.ndarray      # (m,) int
+    labels: np.ndarray    # (m,) int
+    X: np.ndarray         # (m, len(HYBRID_FEATURES)) float64
+
+
+def candidate_table(base_scores: np.ndarray, base_ids: np.ndarray, matches: Sequence[dict[int, Match]],
+                    matcher: LabelNameMatcher, prior: np.ndarray, mfs: np.ndarray,
+                    log_count: np.ndarray) -> CandidateTable:
+    rows, labels, feats = [], [], []
+    for i, (ids, sc) in enumerate(zip(base_ids, base_scores)):
+        ok = (ids >= 0) & np.isfinite(sc)
+        retrieved = dict(zip(ids[ok].tolist(), sc[ok].tolist()))
+        floor = (min(retrieved.values()) - 1.0) if retrieved else 0.0
+        m = matches[i]
+        for lid in sorted(set(retrieved) | set(m)):
+            rows.append(i)
+            labels.append(lid)
+            feats.append([retrieved.get(lid, floor), float(lid in retrieved),
+                          *matcher.features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
+    X = np.asarray(feats, dtype=np.float64).reshape(len(rows), len(HYBRID_FEATURES))
+    return CandidateTable(np.asarray(rows, np.int64), np.asarray(labels, np.int64), X)
+
+
+@dataclass
+class FusionWeights:
+    """A logistic model over standardised features: score = ((x - mean) / scale) . w + b."""
+
+    weights: np.ndarray
+    bias: float
+    mean: np.ndarray
+    scale: np.ndarray
+    features: tuple[str, ...] = HYBRID_FEATURES
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        return ((X - self.mean) / self.scale) @ self.weights + self.bias
+
+    def to_json(self) -> dict[str, Any]:
+        return {"features": list(self.features), "weights": self.weights.tolist(), "bias": self.bias,
+                "mean": self.mean.tolist(), "scale": self.scale.tolist()}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FusionWeights:
+        from xmc.errors import ConfigError
+
+        feats = tuple(d["features"])
+        if feats != HYBRID_FEATURES:
+            raise ConfigError(f"fusion weights for features {feats}, this code computes {HYBRID_FEATURES}")
+        return cls(np.asarray(d["weights"], np.float64), float(d["bias"]), np.asarray(d["mean"], np.float64),
+                   np.asarray(d["scale"], np.float64), feats)
+
+
+def fit_fusion(table: CandidateTable, gold: sp.csr_matrix, C: float = 1.0) -> FusionWeights:
+    """Logistic regression of "candidate is a true label" on the candidates of the given texts."""
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.asarray(gold[table.rows, table.labels]).ravel() > 0
+    mean = table.X.mean(0) if len(table.rows) else np.zeros(len(HYBRID_FEATURES))
+    scale = table.X.std(0) if len(table.rows) else np.ones(len(HYBRID_FEATURES))
+    scale[scale == 0] = 1.0
+    if y.all() or not y.any():  # nothing to learn from (no true or no false candidate): keep the method's order
+        w = np.zeros(len(HYBRID_FEATURES))
+        w[HYBRID_FEATURES.index("method_score")] = 1.0
+        return FusionWeights(w, 0.0, mean, scale)
+    clf = LogisticRegression(C=C, max_iter=5000).fit((table.X - mean) / scale, y)
+    return FusionWeights(clf.coef_[0].astype(np.float64), float(clf.intercept_[0]), mean, scale)
+
+
+def top_k(table: CandidateTable, scores: np.ndarray, n_rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(scores (n, k) float32, ids (n, k) int64) of the best k candidates per row; -1 / -inf pad."""
+    D = np.full((n_rows, k), -np.inf, np.float32)
+    I = np.full((n_rows, k), -1, np.int64)
+    order = np.lexsort((table.labels, -scores, table.rows))  # by row, then score desc, then label id
+    rows, labels, sc = table.rows[order], table.labels[order], scores[order]
+    starts = np.searchsorted(rows, np.arange(n_rows))
+    ends = np.searchsorted(rows, np.arange(n_rows), side="right")
+    for r in range(n_rows):
+        n = min(k, ends[r] - starts[r])
+        I[r, :n] = labels[starts[r] : starts[r] + n]
+        D[r, :n] = sc[starts[r] : starts[r] + n]
+    return D, I
+
+
+class HybridRanker:
+    """A method's top-k ∪ name matches, fused: the one implementation behind the ``fuse`` stage and the
+    ``hybrid`` predictor of model packages."""
+
+    def __init__(self, label_texts: Sequence[str], mode: str, train_counts: np.ndarray,
+                 weights: FusionWeights | None = None, max_words: int = 4) -> None:
+        from xmc.lexical.names import parse_label_names
+
+        self.names = parse_label_names(label_texts, mode)
+        self.matcher = LabelNameMatcher(self.names, max_words=max_words, label_texts=label_texts)
+        self.train_counts = np.asarray(train_counts, np.float64)
+        self.prior, self.mfs = self.matcher.sense_prior(self.train_counts)
+        self.log_count = np.log1p(self.train_counts)
+        self.weights = weights
+
+    def table(self, texts: Sequence[str], base_scores: np.ndarray, base_ids: np.ndarray) -> CandidateTable:
+        return candidate_table(base_scores, base_ids, self.matcher.match_many(texts), self.matcher, self.prior,
+                               self.mfs, self.log_count)
+
+    def rank(self, texts: Sequence[str], base_scores: np.ndarray, base_ids: np.ndarray, k: int) \
+            -> tuple[np.ndarray, np.ndarray]:
+        if self.weights is None:
+            raise ValueError("the hybrid ranker has no fusion weights (fit them on the validation split)")
+        t = self.table(texts, base_scores, base_ids)
+        return top_k(t, self.weights.score(t.X), len(texts), k)
+
+    def save(self, path: str | Path) -> None:
+        from xmc.io import save_npz_deterministic
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        save_npz_deterministic(path / "train_counts.npz", counts=self.train_counts.astype(np.float32))
+        (path / "fusion.json").write_text(json.dumps({"label_names": self.names.mode,
+                                                      "max_words": self.matcher.max_words,
+                                                      **(self.weights.to_json() if self.weights else {})}, indent=2))

@@ -1,0 +1,136 @@
+"""Find the labels whose name occurs in a text, with a real lemmatiser.
+
+Every word of the text is taken as written and as each of its lemmas (lemminflect: ``took`` -> ``take``,
+``irregularities`` -> ``irregularity``, with the part of speech of each lemma); a name of up to
+``max_words`` words matches where some choice of forms spells it (``took a breath`` -> ``take a breath``).
+The search walks a prefix set of the names, so a text costs about (words x forms x matched prefixes).
+
+Per matched label the matcher reports what a ranker needs: the longest matching name (in words), how many
+labels share that name (ambiguity), whether the part of speech of the matched word agrees with the label's
+tag, and - given training label counts - the label's share of the training occurrences of the labels sharing
+the name (the sense prior) and whether it is the most frequent of them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from xmc.lexical.names import LabelNames
+
+TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?")  # words; hyphens and underscores separate, as in normalised names
+# universal POS of a lemma -> WordNet tags it is compatible with
+UPOS_TAGS = {"NOUN": "n", "PROPN": "n", "VERB": "v", "AUX": "v", "ADJ": "as", "ADV": "r"}
+FEATURES = ("matched", "match_words", "log_ambiguity", "pos_agrees", "name_specificity", "log_sense_prior",
+            "most_frequent_sense")
+
+
+@lru_cache(maxsize=1 << 18)
+def word_forms(word: str) -> tuple[tuple[str, str], ...]:
+    """(form, WordNet tags it may carry) for a word: itself (any tag) and each lemma with its POS."""
+    from lemminflect import getAllLemmas
+
+    w = word.lower()
+    out: dict[str, str] = {w: "*"}
+    for upos, lemmas in getAllLemmas(w).items():
+        tags = UPOS_TAGS.get(upos, "")
+        for lemma in lemmas:
+            lemma = lemma.lower()
+            if lemma != w:
+                out[lemma] = "".join(dict.fromkeys(out.get(lemma, "") + tags))
+    return tuple(out.items())
+
+
+@dataclass(frozen=True)
+class Match:
+    words: int           # the longest name of the label found in the text, in words
+    ambiguity: int       # labels sharing that name
+    pos_agrees: bool     # the matched word's part of speech fits the label's tag (or one of them is unknown)
+    specificity: float = 0.0  # mean inverse document frequency of the name's words over the label texts
+
+
+class LabelNameMatcher:
+    """Labels whose names occur in a text (see the module doc)."""
+
+    def __init__(self, names: LabelNames, max_words: int = 4, label_texts: Sequence[str] | None = None) -> None:
+        self.tags = names.tags
+        self.max_words = max_words
+        self.by_name: dict[str, list[int]] = defaultdict(list)
+        for lid, ns in enumerate(names.names):
+            for n in ns:
+                if 0 < len(n.split()) <= max_words:
+                    self.by_name[n].append(lid)
+        self.prefixes = {" ".join(n.split()[:i]) for n in self.by_name for i in range(1, len(n.split()) + 1)}
+        # how specific a word is, from the label texts alone (no training data): function words ("a", "in",
+        # "be") occur in most label descriptions, content words in few
+        docs = label_texts if label_texts is not None else [" ".join(ns) for ns in names.names]
+        df: dict[str, int] = defaultdict(int)
+        for t in docs:
+            for w in set(TOKEN.findall(t.lower())):
+                df[w] += 1
+        n_docs = max(1, len(docs))
+        self.specificity = {n: float(np.mean([np.log((n_docs + 1) / (df.get(w, 0) + 1)) for w in n.split()]))
+                            for n in self.by_name}
+
+    def __len__(self) -> int:
+        return len(self.tags)
+
+    def _agrees(self, lid: int, tags: str) -> bool:
+        t = self.tags[lid]
+        return t is None or tags == "*" or t in tags
+
+    def match(self, text: str) -> dict[int, Match]:
+        words = TOKEN.findall(text)
+        forms = [word_forms(w) for w in words]
+        found: dict[int, Match] = {}
+        for start in range(len(words)):
+            frontier = [("", "*")]
+            for i in range(start, min(len(words), start + self.max_words)):
+                nxt = []
+                for prefix, _ in frontier:
+                    for form, tags in forms[i]:
+                        key = f"{prefix} {form}" if prefix else form
+                        if key in self.prefixes:
+                            nxt.append((key, tags))
+                if not nxt:
+                    break
+                n_words = i - start + 1
+                for key, tags in nxt:
+                    for lid in self.by_name.get(key, ()):
+                        m = Match(n_words, len(self.by_name[key]), self._agrees(lid, tags), self.specificity[key])
+                        old = found.get(lid)
+                        if old is None or (m.words, m.pos_agrees, -m.ambiguity) > (old.words, old.pos_agrees, -old.ambiguity):
+                            found[lid] = m
+                frontier = nxt
+        return found
+
+    def sense_prior(self, train_counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per label: its share of the training occurrences of the labels sharing its most shared name
+        (add-half smoothed), and whether it is the most frequent of them (with at least one occurrence)."""
+        counts = np.asarray(train_counts, dtype=np.float64)
+        prior = np.full(len(self.tags), np.nan)
+        mfs = np.zeros(len(self.tags), bool)
+        for lids in self.by_name.values():
+            c = counts[lids]
+            share = (c + 0.5) / (c.sum() + 0.5 * len(lids))
+            top = c.max()
+            for lid, s, ci in zip(lids, share, c):
+                if np.isnan(prior[lid]) or s < prior[lid]:  # the most ambiguous name decides: the conservative prior
+                    prior[lid] = s
+                mfs[lid] |= bool(ci == top and ci > 0)
+        return np.where(np.isnan(prior), 1.0, prior), mfs
+
+    def features(self, match: Match | None, lid: int, prior: np.ndarray, mfs: np.ndarray) -> list[float]:
+        """The :data:`FEATURES` of one (text, label) pair."""
+        if match is None:
+            return [0.0] * len(FEATURES)
+        return [1.0, float(match.words), float(np.log(match.ambiguity)), float(match.pos_agrees), match.specificity,
+                float(np.log(prior[lid])), float(mfs[lid])]
+
+    def match_many(self, texts: Sequence[str]) -> list[dict[int, Match]]:
+        return [self.match(t) for t in texts]

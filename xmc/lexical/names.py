@@ -1,0 +1,60 @@
+"""Label names kept apart from label descriptions.
+
+A label's *name* is what an instance says when it means the label: a WordNet synset's lemmas, a product or
+Wikipedia title. Its *description* (a gloss, a category path) explains it. Which part of a label text is its
+name depends on the dataset:
+
+* ``prefix``: ``"name, other name (pos): description"``, the WordNet style of semcor-wn30's label texts:
+  the names before `` (<tag>): ``, split on ``", "``, and the tag (part of speech) kept;
+* ``text``: the whole label text is one name (titles: LF-AmazonTitles, LF-WikiSeeAlsoTitles);
+* ``auto``: ``prefix`` when most label texts have that shape, else ``text``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from xmc.errors import ConfigError
+
+PREFIX = re.compile(r"^(?P<names>[^:()]{1,400}?) \((?P<tag>[a-z])\): ")
+MODES = ("auto", "prefix", "text")
+
+
+def normalise_name(name: str) -> str:
+    """Lower case, word separators as single spaces (``take_a_breath``, ``take-a-breath`` -> ``take a breath``)."""
+    return " ".join(re.sub(r"[_\-]+", " ", name.lower()).split())
+
+
+@dataclass(frozen=True)
+class LabelNames:
+    """Per label: its names (normalised) and an optional tag (WordNet part of speech: n, v, a, s, r)."""
+
+    names: list[list[str]]
+    tags: list[str | None]
+    mode: str
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+def parse_label_names(label_texts: Sequence[str], mode: str = "auto") -> LabelNames:
+    """The names of every label, by ``mode`` (see the module doc)."""
+    if mode not in MODES:
+        raise ConfigError(f"label_names.mode must be one of {', '.join(MODES)} (got {mode!r})")
+    matches = [PREFIX.match(t) for t in label_texts]
+    if mode == "auto":
+        mode = "prefix" if label_texts and sum(m is not None for m in matches) >= 0.9 * len(label_texts) else "text"
+    names: list[list[str]] = []
+    tags: list[str | None] = []
+    for text, m in zip(label_texts, matches):
+        if mode == "prefix" and m is not None:
+            parts = [normalise_name(p) for p in m["names"].split(", ")]
+            names.append([p for p in dict.fromkeys(parts) if p])
+            tags.append(m["tag"])
+        else:
+            n = normalise_name(text)
+            names.append([n] if n else [])
+            tags.append(None)
+    return LabelNames(names, tags, mode)
