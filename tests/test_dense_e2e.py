@@ -9,7 +9,6 @@ import subprocess
 import time
 
 import pytest
-import torch
 
 from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, stages_run
 from xmc.train.checkpoint import load_checkpoint

@@ -75,3 +75,32 @@ def test_bow_encoder_is_deterministic_fast_and_round_trips(tmp_path):
     assert np.allclose(HashedBagOfWordsEncoder(dim=32, n_buckets=4096, seed=0).encode(TEXTS), a[:2])
     enc.save(tmp_path / "b")
     assert np.allclose(load_encoder(tmp_path / "b").encode(TEXTS), a[:2])
+
+
+def test_bow_training_forward_gathers_each_bucket_once_with_the_same_values_and_gradient():
+    """Under autograd the bag sums run over the distinct buckets of the batch (a gradient row per bucket, not
+    per token occurrence); values and the summed gradient equal the plain EmbeddingBag's."""
+    import torch
+
+    from xmc.encoders import HashedBagOfWordsEncoder
+
+    texts = ["the bank of the river bank", "a bank account", "river river river"]
+    enc = HashedBagOfWordsEncoder(dim=8, n_buckets=512, seed=0)
+    out = enc(texts, "query")
+    out.sum().backward()
+    g = enc.query_bag.weight.grad.coalesce()
+    assert len(g.indices()[0]) == len(torch.unique(g.indices()[0]))
+    with torch.no_grad():
+        ref = enc(texts, "query")             # the plain EmbeddingBag path
+    assert torch.allclose(out, ref, atol=1e-6)
+    ref_enc = HashedBagOfWordsEncoder(dim=8, n_buckets=512, seed=0)
+    ids = [ref_enc._ids(t) for t in texts]
+    import numpy as np
+    import torch.nn.functional as F
+
+    lengths = np.array([len(i) for i in ids])
+    flat = torch.from_numpy(np.concatenate(ids))
+    offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]]))
+    w = torch.from_numpy(np.repeat(1.0 / np.sqrt(lengths), lengths).astype(np.float32))
+    F.normalize(ref_enc.query_bag(flat, offsets, per_sample_weights=w), dim=-1).sum().backward()
+    assert torch.allclose(g.to_dense(), ref_enc.query_bag.weight.grad.to_dense(), atol=1e-6)

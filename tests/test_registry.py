@@ -5,9 +5,7 @@ stage as GTO tags, the promotion gate on validation metrics, and a fresh clone t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import pytest
 

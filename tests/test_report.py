@@ -17,7 +17,7 @@ import yaml
 from xmc.errors import ConfigError
 from xmc.io import save_csr, write_json
 from xmc.metrics import evaluate_topk
-from xmc.metrics.bootstrap import InstanceContributions, instance_contributions
+from xmc.metrics.bootstrap import InstanceContributions
 from xmc.predictions import TopK
 from xmc.report import seed_rows, select
 

@@ -6,7 +6,6 @@ An encoder maps texts to L2-normalised d-dimensional vectors. ``side`` is ``"que
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 

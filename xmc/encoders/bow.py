@@ -68,12 +68,22 @@ class HashedBagOfWordsEncoder(TextEncoder):
             raise ValueError(f"side must be one of {SIDES}")
         ids = [self._ids(t) for t in texts]
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
-        flat = torch.from_numpy(np.concatenate(ids)).to(self.device)
+        flat = np.concatenate(ids)
         offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]])).to(self.device)
         # 1/sqrt(n) weights: long texts do not dominate, short ones are not drowned
         w = torch.from_numpy(np.repeat(1.0 / np.sqrt(lengths), lengths).astype(np.float32)).to(self.device)
         bag = self.query_bag if side == "query" else self.label_bag
-        return F.normalize(self.dropout(bag(flat, offsets, per_sample_weights=w)), dim=-1)
+        if not torch.is_grad_enabled() or not bag.weight.requires_grad:
+            out = bag(torch.from_numpy(flat).to(self.device), offsets, per_sample_weights=w)
+        else:
+            # gather each distinct bucket once and sum bags over the gathered rows: the table's gradient then has
+            # one row per distinct bucket of the batch instead of one per token occurrence (fewer bytes to write
+            # and to coalesce in the optimiser); the sums are the same
+            uniq, inv = np.unique(flat, return_inverse=True)
+            rows = F.embedding(torch.from_numpy(uniq).to(self.device), bag.weight, sparse=True)
+            out = F.embedding_bag(torch.from_numpy(inv.astype(np.int64)).to(self.device), rows, offsets, mode="sum",
+                                  per_sample_weights=w)
+        return F.normalize(self.dropout(out), dim=-1)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)

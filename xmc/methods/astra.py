@@ -75,7 +75,11 @@ class ASTRAModel(nn.Module):
 
     def classifiers(self, label_ids: torch.Tensor | np.ndarray) -> torch.Tensor:
         idx = torch.as_tensor(np.asarray(label_ids), dtype=torch.long, device=self.W.weight.device)
-        return self.W(idx)
+        if not torch.is_grad_enabled():
+            return self.W(idx)
+        # each distinct row gathered once: W's sparse gradient gets one row per distinct label of the step
+        uniq, inv = torch.unique(idx, return_inverse=True)
+        return self.W(uniq)[inv]
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """ASTRA: the encoder with Adam, the classifiers with SGD (``group_optimizer``)."""
