@@ -1,6 +1,6 @@
 """Evaluate one method's predictions on one split, with bootstrap intervals.
 
-Usage: ``python -m stages.evaluate <method> [--split {tst,val}] [--ablation]``
+Usage: ``python -m stages.evaluate <method> [--split {tst,val}] [--ablation | --seed-run]``
 
 * ``--split tst`` (default): ``metrics/<method>.json`` (metrics, timing, ``ci95``),
   ``evaluation/tst/<method>.npz`` (per-instance terms for paired tests) and
@@ -10,6 +10,8 @@ Usage: ``python -m stages.evaluate <method> [--split {tst,val}] [--ablation]``
   and ``evaluation/tst/`` so that validation-only stages depend on no test material.
 * ``--ablation`` (test split only): ``ablations/metrics/<method>.json``, ``ablations/plots/<method>/`` and
   ``evaluation/ablations/<method>.npz`` (the ablation report, outside ``make run``).
+* ``--seed-run`` (test split only): an extra-seed run, ``seeds/metrics/<run>.json`` and
+  ``evaluation/seeds/<run>.npz`` (the seed-variation report ``reports/seeds.md``, outside ``make run``).
 
 Only the files needed are read: ``<split>_Y.npz``, ``trn_Y.npz`` (label frequencies) and, on the
 test split, ``tst_filter.npz``; predictions from ``predictions/<method>/<split>_topk.npz``.
@@ -39,7 +41,7 @@ from xmc.predictions import TopK
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one-line error through run_entry_point, not argparse's exit 2
-        raise ConfigError(f"{message} (usage: python -m stages.evaluate <method> [--split tst|val] [--ablation])")
+        raise ConfigError(f"{message} (usage: python -m stages.evaluate <method> [--split tst|val] [--ablation | --seed-run])")
 
 
 def _load_csr(path: Path) -> sp.csr_matrix:
@@ -53,10 +55,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("method")
     ap.add_argument("--split", choices=("tst", "val"), default="tst")
     ap.add_argument("--ablation", action="store_true")
+    ap.add_argument("--seed-run", action="store_true")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     method, split = args.method, args.split
     if args.ablation and split != "tst":
         raise ConfigError("--ablation evaluates the test split only (drop --split val)")
+    if args.seed_run and (split != "tst" or args.ablation):
+        raise ConfigError("--seed-run evaluates the test split only, and not with --ablation")
+    group = "ablations" if args.ablation else "seeds" if args.seed_run else None
 
     params = load_params()
     ev = params["evaluate"]
@@ -86,9 +92,11 @@ def main(argv: list[str] | None = None) -> None:
         metrics_path, plots = VAL_METRICS_DIR / f"{method}.json", None
     elif args.ablation:
         metrics_path, plots = Path("ablations") / "metrics" / f"{method}.json", Path("ablations") / "plots" / method
+    elif args.seed_run:
+        metrics_path, plots = Path("seeds") / "metrics" / f"{method}.json", None
     else:
         metrics_path, plots = Path("metrics") / f"{method}.json", Path("plots") / "eval" / method
-    contrib.save(contrib_path(method, split, args.ablation))
+    contrib.save(contrib_path(method, split, group=group))
     write_json(metrics_path, m)
     if plots is not None:
         write_json(plots / "at_k.json", [

@@ -3,6 +3,10 @@
 Usage: ``python -m stages.fuse <run>`` for each run in params ``hybrid.runs``. A prediction stage: candidates are
 the run's top-k ∪ the labels whose names occur in the text; the fusion weights are fit on the validation split
 (validation predictions cross-fitted by document) and applied to the test texts (xmc.lexical.fuse).
+
+``python -m stages.fuse <run> --zero-shot`` for each run in ``hybrid.zero_shot_runs`` -> ``<run>_zs_hybrid``:
+the same candidates under a fusion that reads no training data (the name matches' zero-shot score plus a weighted
+method score; two weights chosen on validation from the ``hybrid.zero_shot`` grids).
 """
 
 from __future__ import annotations
@@ -14,17 +18,21 @@ from xmc.errors import ConfigError
 
 
 def main() -> None:
-    if len(sys.argv) != 2:
-        raise ConfigError("usage: python -m stages.fuse <run>")
+    args = sys.argv[1:]
+    zero_shot = "--zero-shot" in args
+    args = [a for a in args if a != "--zero-shot"]
+    if len(args) != 1:
+        raise ConfigError("usage: python -m stages.fuse <run> [--zero-shot]")
     params = load_params()
-    name = sys.argv[1]
-    if name not in params["hybrid"]["runs"]:
-        raise ConfigError(f"params.yaml: {name!r} is not in hybrid.runs (have: {', '.join(params['hybrid']['runs'])})")
+    name = args[0]
+    key = "zero_shot_runs" if zero_shot else "runs"
+    if name not in params["hybrid"][key]:
+        raise ConfigError(f"params.yaml: {name!r} is not in hybrid.{key} (have: {', '.join(params['hybrid'][key])})")
     from xmc.lexical.fuse import fuse_run
     from xmc.methods.base import set_threads
 
     set_threads()
-    fuse_run(params, name)
+    fuse_run(params, name, zero_shot=zero_shot)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """MACLR pseudo pairs from raw text -> data/maclr_pairs (versioned; see xmc.maclr.pseudo).
 
 Reads instance and label *texts* only (xmc.maclr.corpus.load_texts_only: trn.jsonl, lbl.jsonl; never
-trn_Y.npz) and writes them, the ICT pairs and the TF-IDF top-k, which is all the zero-shot training
+trn_Y.npz) and writes them, the ICT pairs, the TF-IDF top-k and the label-name view (labels whose names occur
+in the instance, xmc.lexical, no training data), which is all the zero-shot training
 stage (``stages.train <maclr run>``) reads. Usage: ``python -m stages.maclr_pseudo_pairs``.
 """
 
@@ -51,9 +52,30 @@ def build_pairs(params: dict) -> PseudoPairs:
     feats = fit_tfidf(corpus.texts, None, corpus.label_texts, params["tfidf"])
     ids, scores = tfidf_topk(feats.trn, feats.lbl, int(cfg["tfidf_k"]), float(cfg["tfidf_min_score"]))
     tfidf_seconds = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    names_ids, names_scores, names_mode = _label_name_view(corpus.texts, corpus.label_texts, params)
+    names_seconds = time.perf_counter() - t0
     return PseudoPairs(corpus.texts, corpus.label_texts, ict, ids, scores,
                        meta={"ict_kind": ict_kind, "params": cfg, "tfidf_params": params["tfidf"],
-                             "seconds": {"ict": round(ict_seconds, 2), "tfidf": round(tfidf_seconds, 2)}})
+                             "label_names": {**params["label_names"], "parsed_as": names_mode},
+                             "seconds": {"ict": round(ict_seconds, 2), "tfidf": round(tfidf_seconds, 2),
+                                         "label_names": round(names_seconds, 2)}},
+                       names_ids=names_ids, names_scores=names_scores)
+
+
+def _label_name_view(texts: list[str], label_texts: list[str], params: dict):
+    """(ids, scores, how the names were parsed) of the labels whose names occur in each instance (zero-shot
+    ranking, top ``maclr.pairs.names_k``; None, None with k = 0). Where labels have no names apart from their
+    text (mode ``text``: titles), the whole text is the name: the view then holds the exact title matches."""
+    from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_topk
+
+    k = int(params["maclr"]["pairs"]["names_k"])
+    names = parse_label_names(label_texts, params["label_names"]["mode"])
+    if k == 0:
+        return None, None, names.mode
+    matcher = LabelNameMatcher(names, params["label_names"]["max_words"], label_texts)
+    ids, scores = zero_shot_name_topk(matcher, texts, k)
+    return ids, scores, names.mode
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 """Report: metrics of every method in params ``methods`` -> reports/comparison.{md,html} + figures.
 
 Each metric cell carries its 95 % bootstrap interval (``ci95`` of metrics/<method>.json). Params
-``report.seeds`` ({base run: [extra-seed runs]}) adds a seed-variation table; ``report.paired``
+``report.paired``
 ([[a, b], ...]) adds paired bootstrap tests on the test contributions evaluation/tst/<run>.npz, also
 written to reports/paired.json so that README sentences can cite them.
 
@@ -10,6 +10,10 @@ run in params ``ablations`` (metrics under ablations/metrics/), the paper ablati
 ``make run`` leaves out to stay within its time budget; its paired rows are ``report.paired`` followed by
 ``report.paired_ablations`` (also in reports/paired_ablations.json), with contributions from evaluation/tst/
 or evaluation/ablations/.
+
+``python -m stages.report --seeds`` writes reports/seeds.{md,html}: per run of ``report.seeds`` ({base run:
+[extra-seed runs]}) the mean ± sd over its seeds (base metrics from metrics/, extra seeds from seeds/metrics/,
+``make seeds``), under the base runs' own rows.
 """
 
 from __future__ import annotations
@@ -31,6 +35,15 @@ def main() -> None:
     alpha = rep["alpha"]
     out = Path("reports")
     name = Path(params["data"]["dataset_dir"]).name
+    if "--seeds" in sys.argv[1:]:
+        seeds = seed_rows(["metrics", Path("seeds") / "metrics"], rep["seeds"])
+        rows = comparison_rows("metrics", [s["base"] for s in seeds])
+        title = f"Seed variation on {name} (test split)"
+        with atomic_file(out / "seeds.md") as fh:
+            fh.write(render_markdown(rows, title, bootstrap=boot, seeds=seeds, alpha=alpha))
+        with atomic_file(out / "seeds.html") as fh:
+            fh.write(render_html(rows, title, [], bootstrap=boot, seeds=seeds, alpha=alpha))
+        return
     ablations = "--ablations" in sys.argv[1:]
     pairs = list(rep["paired"]) + (list(rep["paired_ablations"]) if ablations else [])
     dirs = [EVALUATION_DIR / "tst"] + ([EVALUATION_DIR / "ablations"] if ablations else [])
@@ -47,14 +60,13 @@ def main() -> None:
             fh.write(render_html(rows, title, [], **kw))
         return
     rows = comparison_rows("metrics", params["methods"])
-    seeds = seed_rows("metrics", rep["seeds"])
     title = f"XMC comparison on {name} (test split)"
     images = render_plots(rows, Path("plots") / "eval", out / "figures")
     write_json(out / "paired.json", paired)
     with atomic_file(out / "comparison.md") as fh:
-        fh.write(render_markdown(rows, title, seeds=seeds, **kw))
+        fh.write(render_markdown(rows, title, **kw))
     with atomic_file(out / "comparison.html") as fh:
-        fh.write(render_html(rows, title, [f"figures/{i}" for i in images], seeds=seeds, **kw))
+        fh.write(render_html(rows, title, [f"figures/{i}" for i in images], **kw))
 
 
 if __name__ == "__main__":

@@ -180,5 +180,6 @@ def test_contrib_path_keeps_splits_apart():
     assert contrib_path("m", "val") == Path("evaluation/val/m.npz")
     assert contrib_path("m") == Path("evaluation/tst/m.npz")
     assert contrib_path("m", "tst", ablation=True) == Path("evaluation/ablations/m.npz")
+    assert contrib_path("m", "tst", group="seeds") == Path("evaluation/seeds/m.npz")
     with pytest.raises(ValueError):
         contrib_path("m", "trn")

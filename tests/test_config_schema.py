@@ -99,7 +99,7 @@ def test_sampler_builder_fills_from_the_schema(monkeypatch):
     Y = sp.csr_matrix(np.eye(6, dtype=np.float32))
     got = build_sampler(Y, {})
     assert got.args[1] == d["max_positives_per_query"]
-    want = {k: d[k] for k in ("shortlist_size", "negatives_per_query", "refresh_every_epochs", "start_epoch",
+    want = {k: d[k] for k in ("shortlist_size", "negatives_per_query", "refresh_every_epochs", "refresh_every_steps", "start_epoch",
                               "index_kind", "unsampled_positives", "positive_sampling", "propensity_a", "propensity_b")}
     assert got.kwargs == want
     assert build_sampler(Y, {"shortlist_size": 5}).kwargs == {**want, "shortlist_size": 5}

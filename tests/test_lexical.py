@@ -141,3 +141,106 @@ def test_hybrid_package_predicts_like_the_ranker(tmp_path):
     S, R = xmc.load(str(tmp_path / "hybrid_pkg")).topk(texts, 4)
     S2, R2 = ranker.rank(texts, D, I, 4)
     assert np.array_equal(R, R2) and np.allclose(S, S2)
+
+
+def test_zero_shot_name_topk_ranks_like_the_name_retriever(matcher):
+    from xmc.lexical import zero_shot_name_topk
+    from xmc.package.predictors import LabelNamePredictor
+
+    texts = ["take a breath by a river", "no name here at all", "the banks"]
+    ids, scores = zero_shot_name_topk(matcher, texts, 3)
+    D, I = LabelNamePredictor(matcher, "zero_shot", None).search(texts, 3)
+    assert ids.dtype == np.int32 and ids.shape == (3, 3)
+    assert (ids == I).all() and np.allclose(scores[ids >= 0], D[I >= 0])
+    assert ids[0, 0] == 0 and (ids[1] == -1).all() and np.isneginf(scores[1]).all()
+    assert set(ids[2]) == {1, 2, 3}   # the three labels named "bank"
+
+
+def test_zero_shot_fusion_reads_no_training_counts_and_lets_the_method_pick_the_sense():
+    """Three labels share the name "bank": the name evidence ties them, the method's score breaks the tie. The
+    fusion ignores training counts (a zero-shot ranker), and the grid picks the weight that lets the method in."""
+    from xmc.lexical.hybrid import choose_zero_shot_fusion, precision_at, zero_shot_fusion
+
+    n = len(WORDNET_STYLE)
+    texts = ["money in the bank"] * 6 + ["the bank of the river"] * 6
+    gold = [2] * 6 + [1] * 6
+    # the method ranks the right "bank" first, but its own list also holds unnamed labels above the others
+    I = np.array([[2, 6, 1, 3]] * 6 + [[1, 6, 2, 3]] * 6)
+    D = np.tile(np.array([0.9, 0.8, 0.3, 0.2], np.float32), (12, 1))
+    Y = sp.csr_matrix((np.ones(12), (np.arange(12), gold)), shape=(12, n))
+    skewed = np.zeros(n)
+    skewed[3] = 1000.0   # training counts that would favour label 3: must not matter
+    for counts in (np.zeros(n), skewed):
+        ranker = HybridRanker(WORDNET_STYLE, "auto", counts)
+        table = ranker.table(texts, D, I)
+        names_only = zero_shot_fusion(0.0, 0.0)
+        w = dict(zip(HYBRID_FEATURES, names_only.weights))
+        assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
+        rows = np.arange(12)
+        p_names = precision_at(table, names_only.score(table.X), Y, rows, 1)
+        best, info = choose_zero_shot_fusion(table, Y, rows, [0.0, 1.0, 10.0], [0.0, 10.0], 1)
+        assert info["method_weight"] > 0 and info["P@1"] == 100.0 and p_names < 100.0
+        ranker.weights = best
+        S, R = ranker.rank(texts, D, I, 2)
+        assert (R[:, 0] == np.array(gold)).all()
+
+
+def test_zero_shot_fuse_stage_reads_no_training_split(tmp_path):
+    """fuse_run(zero_shot=True) on a processed dataset whose training files are gone: the fusion is chosen on
+    validation from the grids, the test split is ranked, and the hybrid predictor it writes ranks the same."""
+    import json
+    import shutil
+
+    import xmc
+    from xmc.config.schema import HybridConfig, filled
+    from xmc.data import Split, XMCDataset, save_processed
+    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.lexical.fuse import fuse_run
+    from xmc.package import build_package, package_from_predictor
+    from xmc.predictions import TopK
+
+    uids = [f"L{i}" for i in range(len(WORDNET_STYLE))]
+    n_l = len(WORDNET_STYLE)
+    val_texts = ["money in the bank", "the bank of the river", "took a breath", "rivers and banks"] * 3
+    val_gold = [[2], [1, 8], [0], [8, 1]] * 3
+    tst_texts = ["a bank by the river", "take a breath now"]
+
+    def Y(gold):
+        rows = [i for i, g in enumerate(gold) for _ in g]
+        return sp.csr_matrix((np.ones(len(rows)), (rows, [c for g in gold for c in g])), shape=(len(gold), n_l))
+
+    ds = XMCDataset(uids, WORDNET_STYLE, Split(["t0"], ["x"], Y([[0]]), ["d0"]),
+                    Split(["s0", "s1"], tst_texts, Y([[1, 8], [0]]), ["e0", "e1"]), meta={"layout": "test"},
+                    val=Split([f"v{i}" for i in range(12)], val_texts, Y(val_gold), [f"g{i % 4}" for i in range(12)]))
+    save_processed(ds, tmp_path / "data/processed")
+    for f in ("trn.jsonl", "trn_Y.npz"):
+        (tmp_path / "data/processed" / f).unlink()   # a zero-shot stage must not need them
+
+    HashedBagOfWordsEncoder(dim=16, n_buckets=2048).save(tmp_path / "model")
+    build_package(tmp_path / "base_pkg", name="base", method="dexml", source=tmp_path / "model", label_uids=uids,
+                  label_texts=WORDNET_STYLE, options={"index": {"kind": "exact"}})
+    manifest = json.loads((tmp_path / "base_pkg/manifest.json").read_text())
+    idx = tmp_path / "indexes/base"
+    for part in ("encoder", "index"):
+        shutil.copytree(tmp_path / "base_pkg" / part, idx / part)
+    (idx / "predictor.json").write_text(json.dumps(manifest["predictor"]))
+    base = xmc.load(str(tmp_path / "base_pkg"))
+    for split, texts in (("val", val_texts), ("tst", tst_texts)):
+        D, I = base.topk(texts, 5)
+        TopK(I.astype(np.int32), D.astype(np.float32)).save(tmp_path / f"predictions/base/{split}_topk.npz")
+
+    params = {"hybrid": filled(HybridConfig, {"zero_shot": {"method_weight": [0.0, 1.0], "matched_bonus": [0.0]}},
+                               "hybrid"),
+              "label_names": {"mode": "auto", "max_words": 4}, "evaluate": {"top_k": 5},
+              "data": {"processed_dir": "data/processed"}, "predictions": {}, "unidec_predictions": {}}
+    summary = fuse_run(params, "base", tmp_path, zero_shot=True)
+    assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all"}
+    w = dict(zip(summary["fusion"]["features"], summary["fusion"]["weights"]))
+    assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
+    out = tmp_path / "predictions/base_zs_hybrid"
+    tst = TopK.load(out / "tst_topk.npz")
+    assert (out / "val_topk.npz").is_file() and tst.indices[1, 0] == 0   # "take a breath" names label 0
+    package_from_predictor(tmp_path / "zs_pkg", tmp_path / "indexes/base_zs_hybrid", name="zs", method="dexml",
+                           label_uids=uids, label_texts=WORDNET_STYLE)
+    S, R = xmc.load(str(tmp_path / "zs_pkg")).topk(tst_texts, 5)
+    assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)

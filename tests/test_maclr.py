@@ -66,7 +66,7 @@ def test_stage2_agreement_keeps_only_pairs_both_views_rank():
             idx = [LABELS.index(t) if side == "label" else INSTANCES.index(t) % 4 for t in texts]
             return np.eye(4, dtype=np.float32)[idx]
 
-    cfg = {"dense_k": 1, "tfidf": True, "tfidf_k": 2, "max_instances": 0}
+    cfg = {"dense_k": 1, "sparse": True, "sparse_k": 2, "max_instances": 0}
     Yu, iu = stage2_pseudo_matrix(_Enc(), pp, {**cfg, "select": "union"})
     Ya, ia = stage2_pseudo_matrix(_Enc(), pp, {**cfg, "select": "agree"})
     want = {(i, i % 4) for i in range(6) if i % 4 in set(ids[i][ids[i] >= 0])}
@@ -74,6 +74,31 @@ def test_stage2_agreement_keeps_only_pairs_both_views_rank():
     assert (Ya.multiply(Yu) != Ya).nnz == 0 and Ya.nnz < Yu.nnz and ia["instances_with_pairs"] == len(want)
     with pytest.raises(ConfigError, match="both views"):
         stage2_pseudo_matrix(None, pp, {**cfg, "dense_k": 0, "select": "agree"})
+
+
+def test_stage2_label_name_view(tmp_path):
+    from xmc.errors import ConfigError
+    from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_topk
+
+    f = fit_tfidf(INSTANCES, None, LABELS, {})
+    ids, sc = tfidf_topk(f.trn, f.lbl, 2)
+    names = parse_label_names(LABELS)
+    nids, nsc = zero_shot_name_topk(LabelNameMatcher(names, label_texts=LABELS), INSTANCES, 2)
+    pp = PseudoPairs(INSTANCES, LABELS, ict_pairs_from_groups(INSTANCES, GROUPS), ids, sc,
+                     names_ids=nids, names_scores=nsc)
+    pp.save(tmp_path / "p")
+    back = PseudoPairs.load(tmp_path / "p")
+    assert (back.names_ids == nids).all() and back.meta["counts"]["names_pairs"] == int((nids >= 0).sum())
+    assert "name_match_labels" in back.meta["sample"][0]
+    Y, info = stage2_pseudo_matrix(None, back, {"dense_k": 0, "sparse": True, "sparse_view": "label_names",
+                                                "sparse_k": 2, "select": "union", "max_instances": 0})
+    got = {(int(i), int(j)) for i, j in zip(*Y.nonzero())}
+    assert (0, 0) in got and (1, 1) in got and (2, 2) in got and not any(i == 3 for i, _ in got)
+    assert info["sparse_view"] == "label_names" and info["sparse_pairs"] == Y.nnz
+    without = PseudoPairs(INSTANCES, LABELS, [], ids, sc)   # a dataset without a names view
+    with pytest.raises(ConfigError, match="no label-name view"):
+        stage2_pseudo_matrix(None, without, {"dense_k": 0, "sparse": True, "sparse_view": "label_names",
+                                             "sparse_k": 2, "select": "union", "max_instances": 0})
 
 
 def test_ict_pairs_from_neighbouring_sentences():
@@ -208,8 +233,8 @@ def test_stage1_runs_through_the_trainer(tmp_path):
     rows = res["trainer"].history["loss"]
     assert "label_loss" in rows[0] and "cluster_loss" in rows[0]
     assert np.abs(enc.encode(INSTANCES, "query") - before).max() > 1e-4
-    Y, info = stage2_pseudo_matrix(enc, pp, {"dense_k": 1, "tfidf": True, "tfidf_k": 2, "max_instances": 0})
-    assert info["dense_pairs"] == 6 and info["union_pairs"] >= info["tfidf_pairs"] and Y.shape == (6, 4)
+    Y, info = stage2_pseudo_matrix(enc, pp, {"dense_k": 1, "sparse": True, "sparse_k": 2, "max_instances": 0})
+    assert info["dense_pairs"] == 6 and info["union_pairs"] >= info["sparse_pairs"] and Y.shape == (6, 4)
 
 
 def test_fewshot_label_subset():
@@ -238,7 +263,7 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
     m = params["maclr"]
     m["runs"] = {"tiny": {"encoder": {"kind": "bow", "dim": 16, "n_buckets": 4096, "dropout": 0.1},
                           "stage1": _tiny_bow_stage1(),
-                          "stage2": {"dense_k": 1, "max_instances": 0,
+                          "stage2": {"dense_k": 1, "max_instances": 0, "sparse_view": "label_names", "select": "union",
                                      "train": {"epochs": 1, "batch_size": 2, "lr": 0.05, "max_steps_per_epoch": 2,
                                                "checkpoint_every_steps": 0}}}}
     params["data"]["processed_dir"] = "data/processed"
@@ -251,6 +276,11 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
     summary = json.loads((tmp_path / "models/tiny/train_summary.json").read_text())
     assert summary["stage1"]["steps"] == 6 and summary["stage2"]["steps"] == 2
+    # the label-name view: "apple", "car", "river", "bank" are named in the instances (no label matrix read)
+    assert summary["stage2"]["sparse_view"] == "label_names" and summary["stage2"]["sparse_pairs"] >= 5
+    pairs = PseudoPairs.load(tmp_path / "data/maclr_pairs")
+    assert set(pairs.names_ids[4][:2].tolist()) == {2, 3}   # "bank of the river": bank, river
+    assert (pairs.names_ids[3] == -1).all()   # "Nothing here matches ."
     assert load_texts_only(tmp_path / "data/processed").texts == INSTANCES
 
 

@@ -257,7 +257,10 @@ def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
     assert np.mean([h["loss"] for h in hist[-3:]]) < np.mean([h["loss"] for h in hist[:3]])
     tr.write_curves(tmp_path / "plots")
     assert "R_l_words" in (tmp_path / "plots" / "loss.csv").read_text().splitlines()[0]
-    # pruned graphs are part of the checkpoint: a resumed sampler gets them back
+    # pruned graphs are part of the checkpoint: a resumed sampler gets them back. A finished run drops its
+    # checkpoint (completed.json replaces it), so write one of the final state explicitly.
+    assert not (tmp_path / "w" / "checkpoint.pt").exists() and (tmp_path / "w" / "completed.json").exists()
+    tr.save_checkpoint()
     state = load_checkpoint(tmp_path / "w" / "checkpoint.pt")["sampler"]
     fresh = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels))
     fresh.load_state_dict(state)

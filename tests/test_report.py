@@ -143,6 +143,17 @@ def test_evaluate_ablation_destinations(eval_repo):
     assert not (repo / "metrics").exists() and not (repo / "evaluation/tst").exists()
 
 
+def test_evaluate_seed_run_destinations(eval_repo):
+    repo = eval_repo["repo"]
+    add_test_split(eval_repo)
+    assert run_stage(repo, "stages.evaluate", "m", "--seed-run").returncode == 0
+    assert "ci95" in json.loads((repo / "seeds/metrics/m.json").read_text())
+    assert (repo / "evaluation/seeds/m.npz").exists()
+    assert not (repo / "metrics").exists() and not (repo / "evaluation/tst").exists() and not (repo / "plots").exists()
+    p = run_stage(repo, "stages.evaluate", "m", "--seed-run", "--split", "val")
+    assert p.returncode == 2 and "--seed-run evaluates the test split only" in p.stderr
+
+
 def test_evaluate_missing_predictions_is_one_line_error(eval_repo):
     p = run_stage(eval_repo["repo"], "stages.evaluate", "nope", "--split", "val")
     assert p.returncode == 2
@@ -187,14 +198,14 @@ def report_repo(tmp_path):
     write_json(repo / "metrics/good.json", metrics_json(40.0, ci95={"P@1": [37.54, 42.46], "R@100": [63.0, 67.0]},
                                                        train_seconds=10.0, predict_seconds=1.0))
     write_json(repo / "metrics/bad.json", metrics_json(30.0, ci95={"P@1": [27.7, 32.3]}))
-    write_json(repo / "metrics/good_seed1.json", metrics_json(42.0, **{"P@5": 26.0}))
-    write_json(repo / "metrics/good_seed2.json", metrics_json(44.0, **{"P@5": 27.0}))
-    write_json(repo / "metrics/x.json", metrics_json(1.0))  # extra run of a base that is absent
+    write_json(repo / "seeds/metrics/good_seed1.json", metrics_json(42.0, **{"P@5": 26.0}))
+    write_json(repo / "seeds/metrics/good_seed2.json", metrics_json(44.0, **{"P@5": 27.0}))
+    write_json(repo / "seeds/metrics/x.json", metrics_json(1.0))  # extra run of a base that is absent
     write_json(repo / "ablations/metrics/abl.json", metrics_json(30.2, ci95={"P@1": [27.9, 32.5]}))
     return repo
 
 
-def test_report_intervals_seeds_and_paired(report_repo):
+def test_report_intervals_and_paired(report_repo):
     repo = report_repo
     p = run_stage(repo, "stages.report")
     assert p.returncode == 0, p.stderr
@@ -202,9 +213,7 @@ def test_report_intervals_seeds_and_paired(report_repo):
     assert "| good | 40.0 [37.5, 42.5] | 30.0 | 25.0 |" in md
     assert "| bad | 30.0 [27.7, 32.3] |" in md
     assert "95 % percentile bootstrap intervals over the 1500 test instances (B = 300 resamples, seed 0)" in md
-    # seeds: P@1 40, 42, 44 -> 42.0 +- 2.0; P@5 25, 26, 27 -> 26.0 +- 1.0; good_seed3 has no metrics file
-    assert "| good | 3 | 42.0 ± 2.0 | 26.0 ± 1.0 | 31.0 ± 0.0 | 65.0 ± 0.0 |" in md
-    assert "good: 3 of 4 runs found" in md and "| absent |" not in md
+    assert "Seed variation" not in md  # the extra seeds are outside make run: reports/seeds.md (make seeds)
     paired = json.loads((repo / "reports/paired.json").read_text())
     assert [(r["a"], r["b"], r["metric"]) for r in paired] == [("good", "bad", m) for m in METRICS4]
     p1 = paired[0]
@@ -214,7 +223,7 @@ def test_report_intervals_seeds_and_paired(report_repo):
     assert "| good | bad | P@1 | 40.0 | 30.0 | +10.00 [" in md and "| good better |" in md
     assert "not compared: good vs missing: no test contributions for missing (evaluation/tst/<run>.npz)" in md
     html = (repo / "reports/comparison.html").read_text()
-    for s in ("[37.5, 42.5]", "Seed variation", "42.0 ± 2.0", "Paired comparisons", "good better",
+    for s in ("[37.5, 42.5]", "Paired comparisons", "good better",
               "percentile bootstrap", "figures/precision_at_k.png"):
         assert s in html, s
     assert "http" not in html.replace("<!doctype html>", "") and "<script" not in html and "<link" not in html
@@ -235,6 +244,21 @@ def test_report_ablations_adds_paired_ablation_rows(report_repo):
     assert [r["metric"] for r in cross] == METRICS4 and cross[0]["diff"] == pytest.approx(9.8)
     assert [(r["a"], r["b"]) for r in rows[:4]] == [("good", "bad")] * 4  # report.paired first
     assert "Seed variation" not in md
+
+
+def test_seed_report_reads_base_and_extra_seed_metrics(report_repo):
+    repo = report_repo
+    p = run_stage(repo, "stages.report", "--seeds")
+    assert p.returncode == 0, p.stderr
+    md = (repo / "reports/seeds.md").read_text()
+    # the base run's own row with its interval, then P@1 40, 42, 44 -> 42.0 +- 2.0; P@5 25, 26, 27 -> 26.0 +- 1.0;
+    # good_seed3 has no metrics file; "absent" has no base metrics: no row
+    assert "| good | 40.0 [37.5, 42.5] |" in md and "| bad |" not in md
+    assert "| good | 3 | 42.0 ± 2.0 | 26.0 ± 1.0 | 31.0 ± 0.0 | 65.0 ± 0.0 |" in md
+    assert "good: 3 of 4 runs found" in md and "| absent |" not in md
+    html = (repo / "reports/seeds.html").read_text()
+    assert "Seed variation" in html and "42.0 ± 2.0" in html
+    assert not (repo / "reports/comparison.md").exists()  # the seed report writes nothing else
 
 
 def test_seed_rows_single_seed_has_no_sd(tmp_path):

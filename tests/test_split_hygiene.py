@@ -18,11 +18,12 @@ REPO = Path(__file__).resolve().parents[1]
 # prediction (writes top-k for the test texts, never reads test labels) and evaluation / reporting; the
 # package stage records the test metrics in a package's manifest (the promotion gate reads validation only)
 TEST_READERS = {"ingest", "validate", "label_prior", "tfidf_zeroshot", "tfidf_knn", "predict", "predict_unidec",
-                "predict_xr_linear", "name_match", "name_match_prior", "fuse",
-                "evaluate", "evaluate_ablation", "report", "report_ablations", "package"}
+                "predict_xr_linear", "name_match", "name_match_prior", "fuse", "fuse_zero_shot",
+                "evaluate", "evaluate_ablation", "evaluate_seed", "report", "report_ablations", "report_seeds",
+                "package"}
 # outputs that hold test material: any dependency on them (or on a folder holding them) reads the test split
 TEST_MATERIAL = ("data/processed", "metrics", "plots/eval", "evaluation/tst", "evaluation/ablations",
-                 "ablations/metrics", "ablations/plots", "reports/validation/summary.json",
+                 "evaluation/seeds", "seeds/metrics", "ablations/metrics", "ablations/plots", "reports/validation/summary.json",
                  "reports/validation/report.html", "reports/comparison.md", "reports/paired.json")
 
 
@@ -119,6 +120,7 @@ def test_selection_candidates_are_predicted_and_validated() -> None:
     predicted.update({m: "val tst" for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear", "name_match",
                                               "name_match_prior")})
     predicted.update({f"{r}_hybrid": "val tst" for r in params["hybrid"]["runs"]})
+    predicted.update({f"{r}_zs_hybrid": "val tst" for r in params["hybrid"]["zero_shot_runs"]})
     validated = set(params["validated"])
     for name, choice in params["selection"]["choices"].items():
         assert choice["reference"] in choice["candidates"], name
@@ -129,4 +131,6 @@ def test_selection_candidates_are_predicted_and_validated() -> None:
     for run in params["reported"]:
         assert "tst" in predicted[run].split(), run
     for base, extra in params["report"]["seeds"].items():
-        assert base in params["reported"] and all(r in params["reported"] for r in extra), base
+        assert base in params["reported"] and all(r in params["seed_runs"] for r in extra), base
+    for run in params["seed_runs"]:
+        assert "tst" in predicted[run].split(), run

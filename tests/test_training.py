@@ -83,6 +83,30 @@ def test_shortlist_refresh_schedule_and_negatives_in_pool():
         assert b.positives[i].numpy().tolist() == [bool(Y[q, l]) for l in b.label_ids]
 
 
+def test_shortlist_refresh_every_steps_mines_with_the_encoder_being_trained(tmp_path):
+    """One capped epoch (the CPU profile of the transformer DEXML): besides the refresh at the epoch start, the
+    shortlist is re-mined every ``refresh_every_steps`` steps with the current weights."""
+    texts, labels, Y = toy()
+    torch.manual_seed(0)
+    model = DualEncoderModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1024), labels)
+    s = HardNegativeShortlist(Y, shortlist_size=5, negatives_per_query=2, refresh_every_steps=2)
+    seen: list[np.ndarray] = []
+    mine = s.refresh_from_vectors
+    s.refresh_from_vectors = lambda q, l: (seen.append(l.copy()), mine(q, l))[-1]
+    tr = Trainer(model, s, DecoupledSoftmaxLoss(0.1), TrainConfig(epochs=1, batch_size=8, lr=0.05, warmup_ratio=0.0),
+                 texts, tmp_path / "w")
+    tr.fit()   # 40 queries / 8 = 5 steps: refreshes at the epoch start (step 0), then before steps 2 and 4
+    assert s.refreshed_at == [0] and s.refreshed_at_steps == [2, 4] and len(seen) == 3
+    assert np.abs(seen[1] - seen[0]).max() > 1e-4 and np.abs(seen[2] - seen[1]).max() > 1e-4
+    state = s.state_dict()
+    back = HardNegativeShortlist(Y, shortlist_size=5, refresh_every_steps=2)
+    back.load_state_dict(state)
+    assert back.refreshed_at_steps == [2, 4] and (back.shortlist == s.shortlist).all()
+    off = HardNegativeShortlist(Y, shortlist_size=5)   # the default: per epoch only
+    off.on_step_start(2, model, texts)
+    assert off.shortlist is None and off.refreshed_at_steps == []
+
+
 def test_gradient_cached_all_labels_step_equals_naive_gradients():
     texts, labels, Y = toy(n_q=6, n_l=23)
     torch.manual_seed(0)

@@ -214,6 +214,7 @@ class NegativesConfig(Section):
     propensity_a: PosFloat = 0.55
     propensity_b: PosFloat = 1.5
     refresh_every_epochs: PosInt = 1
+    refresh_every_steps: NonNegInt = 0   # also refresh every this many steps (0 = only per epoch)
     start_epoch: NonNegInt = 0
     index_kind: IndexKind = "exact"
 
@@ -448,6 +449,7 @@ class AstraConfig(MethodSection):
 class MaclrPairs(Section):
     tfidf_k: Annotated[int, Field(gt=0, le=1000)] = 3
     tfidf_min_score: Annotated[float, Field(ge=-1, le=1)] = 0.0
+    names_k: Annotated[int, Field(ge=0, le=1000)] = 3   # label-name matches kept per instance (0 = no names view)
     ict_window: NonNegInt = 1
     title_remove_prob: Prob = 0.9
     seed: Seed = 0
@@ -468,8 +470,9 @@ class MaclrStage1(Section):
 
 class MaclrStage2(Section):
     dense_k: NonNegInt = 3
-    tfidf: bool = True
-    tfidf_k: PosInt = 3
+    sparse: bool = True
+    sparse_view: Literal["tfidf", "label_names"] = "tfidf"
+    sparse_k: PosInt = 3
     select: Literal["union", "agree"] = "union"
     max_instances: NonNegInt = 0
     seed: Seed = 0
@@ -521,12 +524,22 @@ class LabelNamesConfig(Section):
     max_words: Annotated[int, Field(ge=1, le=8)] = 4
 
 
+class ZeroShotFusionConfig(Section):
+    """Grids of the zero-shot fusion (name-match score + matched_bonus + method_weight x method score)."""
+
+    method_weight: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0]
+    matched_bonus: Annotated[list[float], Field(min_length=1)] = [0.0, 10.0, 30.0]
+    precision_k: Annotated[int, Field(ge=1, le=100)] = 5   # chosen by validation P@k
+
+
 class HybridConfig(Section):
     """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored with fusion weights fit on validation."""
 
     runs: list[str] = []
     C: PosFloat = 1.0                 # inverse L2 strength of the logistic fusion
     cross_fit_folds: Annotated[int, Field(ge=2, le=20)] = 2   # validation folds (by document) for honest val metrics
+    zero_shot_runs: list[str] = []    # zero-shot methods fused without training data -> <run>_zs_hybrid
+    zero_shot: ZeroShotFusionConfig = ZeroShotFusionConfig()
 
 
 class XrLinearConfig(Section):
@@ -658,6 +671,7 @@ class ParamsConfig(Section):
     methods: list[str] = []
     reported: list[str] = []
     validated: list[str] = []
+    seed_runs: list[str] = []         # extra-seed runs evaluated by evaluate_seed (make seeds), not by make run
     report: ReportConfig = ReportConfig()
     selection: SelectionConfig = SelectionConfig()
     ablations: list[str] = []
@@ -818,11 +832,18 @@ def validate_params(raw: Any) -> dict[str, Any]:
         p["maclr"]["defaults"] = d.model_dump()
         p["maclr"]["runs"] = _check_runs(MaclrRunConfig, p["maclr"]["defaults"], p["maclr"]["runs"],
                                          ("maclr", "runs"), ("maclr", "defaults"), problems)
-        s2 = p["maclr"]["defaults"]["stage2"]
-        if s2["tfidf"] and s2["tfidf_k"] > p["maclr"]["pairs"]["tfidf_k"]:
-            problems.append((("maclr", "defaults", "stage2", "tfidf_k"),
-                             f"{s2['tfidf_k']} exceeds maclr.pairs.tfidf_k ({p['maclr']['pairs']['tfidf_k']}): "
-                             "only that many TF-IDF labels are mined per instance"))
+        mined = {"tfidf": "tfidf_k", "label_names": "names_k"}
+        base2 = p["maclr"]["defaults"]["stage2"]
+        for where, s2 in [(("maclr", "defaults"), base2)] + [
+                (("maclr", "runs", name), deep_merge(base2, (r or {}).get("stage2") or {}))
+                for name, r in (p["maclr"]["runs"] or {}).items()]:
+            if where[1] == "runs" and all(s2[k] == base2[k] for k in ("sparse", "sparse_view", "sparse_k")):
+                continue  # as the defaults: reported there once
+            key = mined[s2["sparse_view"]]
+            if s2["sparse"] and s2["sparse_k"] > p["maclr"]["pairs"][key]:
+                problems.append(((*where, "stage2", "sparse_k"),
+                                 f"{s2['sparse_k']} exceeds maclr.pairs.{key} ({p['maclr']['pairs'][key]}): "
+                                 f"only that many {s2['sparse_view']} labels are mined per instance"))
     fs = p["maclr"]["fewshot"]
     d, errs = _check(FewshotRunConfig, fs["defaults"], ())
     problems += [(("maclr", "fewshot", "defaults") + loc, m) for loc, m in errs]
@@ -842,7 +863,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
 
 def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     """Names that point at runs. A prediction stage, ``st_mnrl.budget_of`` and a main-report method must name
-    a run defined in the file. The other lists (reported, validated, ablations, report.paired/seeds, selection
+    a run defined in the file. The other lists (reported, validated, seed_runs, ablations, report.paired/seeds, selection
     candidates) may name runs that a narrowed experiment removed (the report and the selection skip what was not
     evaluated), so there only a near miss of a defined run is an error: a typo would silently drop a row."""
     out: list[tuple[tuple[Any, ...], str]] = []
@@ -859,7 +880,10 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         elif "tst" not in (p["predictions"].get(run) or p["unidec_predictions"].get(run.removesuffix("_de_only")
                                                                                      .removesuffix("_clf_only")) or "val tst"):
             out.append((("hybrid", "runs", i), f"{run!r} must predict both val and tst (params predictions)"))
-    defined = defined | {f"{r}_hybrid" for r in p["hybrid"]["runs"]}
+    for i, run in enumerate(p["hybrid"]["zero_shot_runs"]):
+        if run not in defined:
+            out.append((("hybrid", "zero_shot_runs", i), f"{run!r} is not a run of any method"))
+    defined = defined | {f"{r}_hybrid" for r in p["hybrid"]["runs"]} | {f"{r}_zs_hybrid" for r in p["hybrid"]["zero_shot_runs"]}
 
     def check(path: tuple[Any, ...], name: Any, strict: bool, pool: set[str] = defined,
               what: str = "not a run of any method") -> None:
@@ -894,9 +918,14 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         for i, pair in enumerate(p["report"][key]):
             for name in pair:
                 check(("report", key, i), name, False)
+    for i, name in enumerate(p["seed_runs"]):
+        check(("seed_runs", i), name, False)
     for base, others in p["report"]["seeds"].items():
         for name in [base, *others]:
             check(("report", "seeds", base), name, False)
+        for name in others:
+            if name in defined and name not in p["seed_runs"]:  # (a near miss is reported above)
+                out.append((("report", "seeds", base), f"{name!r} is not in seed_runs (the runs evaluate_seed evaluates)"))
     for cname, choice in p["selection"]["choices"].items():
         for value, run in choice["candidates"].items():
             check(("selection", "choices", cname, "candidates", value), run, False)

@@ -154,8 +154,11 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> XMCDataset:
+def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS, without_training: bool = False) -> XMCDataset:
     """Read a directory written by :func:`save_processed`: the label texts and the given ``splits``.
+
+    ``without_training``: a zero-shot stage that must not read the training split (texts or labels) leaves
+    ``trn`` out of ``splits``; the dataset's ``trn`` is then an empty split.
 
     Only the files of those splits are opened. ``meta["content_sha256"]`` is a hash of exactly
     those files (a checkpoint fingerprint of a training run changes with its data, not with the
@@ -165,8 +168,10 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> XMCD
     unknown = set(splits) - set(SPLITS)
     if unknown:
         raise ValueError(f"unknown splits {sorted(unknown)} (known: {SPLITS})")
-    if "trn" not in splits:
-        raise ValueError("load_processed needs the training split")
+    if "trn" not in splits and not without_training:
+        raise ValueError("load_processed needs the training split (or without_training=True)")
+    if "trn" in splits and without_training:
+        raise ValueError("without_training=True but the training split was asked for")
     for part in ("lbl", *splits):
         for f in SPLIT_FILES[part]:
             if not (in_dir / f).exists():
@@ -199,7 +204,7 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS) -> XMCD
     return XMCDataset(
         label_uids=[r["uid"] for r in lbl],
         label_texts=[r["text"] for r in lbl],
-        trn=loaded["trn"],
+        trn=loaded["trn"] if "trn" in loaded else Split([], [], sp.csr_matrix((0, len(lbl)), dtype=np.float32)),
         tst=loaded.get("tst"),
         tst_filter=_load_csr(filt) if ("tst" in splits and filt.exists()) else None,
         meta=meta,

@@ -18,6 +18,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 SUFFIX = "_hybrid"
+ZERO_SHOT_SUFFIX = "_zs_hybrid"
 
 
 def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.ndarray:
@@ -30,11 +31,15 @@ def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.
     return np.array([fold_of[str(g)] if g is not None else i % n_folds for i, g in enumerate(groups)], np.int64)
 
 
-def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict[str, Any]:
+def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_shot: bool = False) -> dict[str, Any]:
+    """``zero_shot``: read no training data (``<run>_zs_hybrid``): the fusion is the label-name retriever's
+    zero-shot score plus a weighted method score (:func:`xmc.lexical.hybrid.zero_shot_fusion`), the two weights
+    chosen on the validation split from ``hybrid.zero_shot`` grids; otherwise (``<run>_hybrid``) a logistic
+    fusion fit on validation, with the training label counts among its features."""
     from xmc.data import load_processed
     from xmc.errors import ConfigError
     from xmc.io import atomic_dir, read_json, write_json
-    from xmc.lexical.hybrid import HybridRanker, fit_fusion, top_k
+    from xmc.lexical.hybrid import CandidateTable, HybridRanker, choose_zero_shot_fusion, fit_fusion, top_k
     from xmc.methods.base import PREDICTOR_SECTION
     from xmc.package.predictors import HybridPredictor
     from xmc.predictions import TopK
@@ -43,43 +48,69 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict[
     cfg, names_cfg = params["hybrid"], params["label_names"]
     k = params["evaluate"]["top_k"]
     base_dir = root / "predictions" / name
-    out_name = name + SUFFIX
-    for split in ("val", "tst"):
+    out_name = name + (ZERO_SHOT_SUFFIX if zero_shot else SUFFIX)
+    zs = cfg["zero_shot"]
+    # the splits the base run predicts (params predictions): a selection candidate has only "val", and its
+    # hybrid then ranks only the validation split too
+    splits = tuple(str(params["predictions"].get(name) or params["unidec_predictions"].get(
+        name.removesuffix("_de_only").removesuffix("_clf_only")) or "val tst").split())
+    if "val" not in splits:
+        raise ConfigError(f"params.yaml: predictions.{name} must include val (the fusion is fit there)")
+    for split in splits:
         if not (base_dir / f"{split}_topk.npz").is_file():
-            raise ConfigError(f"{base_dir / f'{split}_topk.npz'}: missing (the run must predict val and tst)")
-    ds = load_processed(root / params["data"]["processed_dir"], splits=("trn", "val", "tst"))
-    counts = np.asarray(ds.trn.Y.sum(0)).ravel()
+            raise ConfigError(f"{base_dir / f'{split}_topk.npz'}: missing (run the prediction stage of {name})")
+    if zero_shot:  # no training split is read: the label counts the ranker keeps are zeros (weight 0 anyway)
+        ds = load_processed(root / params["data"]["processed_dir"], splits=splits, without_training=True)
+        counts = np.zeros(len(ds.label_texts))
+    else:
+        ds = load_processed(root / params["data"]["processed_dir"], splits=("trn", *splits))
+        counts = np.asarray(ds.trn.Y.sum(0)).ravel()
     t0 = time.perf_counter()
     ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"])
     val = TopK.load(base_dir / "val_topk.npz")
     table = ranker.table(ds.val.texts, val.scores, val.indices)
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
     cross = np.zeros(len(table.rows))
+    chosen: dict[str, Any] = {}
+
+    def fit(rows: np.ndarray):
+        if zero_shot:
+            w, info = choose_zero_shot_fusion(table, ds.val.Y, rows, zs["method_weight"], zs["matched_bonus"],
+                                              zs["precision_k"])
+            return w, info
+        keep = np.isin(table.rows, rows)
+        return fit_fusion(CandidateTable(table.rows[keep], table.labels[keep], table.X[keep]), ds.val.Y, cfg["C"]), {}
+
     for f in range(cfg["cross_fit_folds"]):
         held = folds[table.rows] == f
         if held.any() and (~held).any():
-            from xmc.lexical.hybrid import CandidateTable
-
-            fit = fit_fusion(CandidateTable(table.rows[~held], table.labels[~held], table.X[~held]), ds.val.Y, cfg["C"])
-            cross[held] = fit.score(table.X[held])
-    ranker.weights = fit_fusion(table, ds.val.Y, cfg["C"])
+            w, info = fit(np.flatnonzero(folds != f))
+            cross[held] = w.score(table.X[held])
+            if info:
+                chosen[f"fold_{f}"] = info
+    ranker.weights, info = fit(np.arange(len(ds.val)))
+    if info:
+        chosen["all"] = info
     fit_seconds = time.perf_counter() - t0
     D, I = top_k(table, cross, len(ds.val), k)
     TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "val_topk.npz")
     t0 = time.perf_counter()
-    tst = TopK.load(base_dir / "tst_topk.npz")
-    D, I = ranker.rank(ds.tst.texts, tst.scores, tst.indices, k)
-    TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "tst_topk.npz")
-    rank_seconds = time.perf_counter() - t0
+    if "tst" in splits:
+        tst = TopK.load(base_dir / "tst_topk.npz")
+        D, I = ranker.rank(ds.tst.texts, tst.scores, tst.indices, k)
+        TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "tst_topk.npz")
+    rank_seconds = time.perf_counter() - t0 if "tst" in splits else None
     with atomic_dir(root / "indexes" / out_name) as tmp:
         section = HybridPredictor.build(root / "indexes" / name, tmp, ds.label_texts, {"ranker": ranker, "base_k": k})
         (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
     base_timing = read_json(base_dir / "timing.json") if (base_dir / "timing.json").is_file() else {}
     summary = {"train_seconds": round(float(base_timing.get("train_seconds", 0.0)) + fit_seconds, 2),
                "fusion_fit_seconds": round(fit_seconds, 2),
-               "predict_seconds": round(float(base_timing.get("predict_seconds") or 0.0) + rank_seconds, 2),
+               "predict_seconds": (round(float(base_timing.get("predict_seconds") or 0.0) + rank_seconds, 2)
+                                   if rank_seconds is not None else None), "splits": list(splits),
                "predictor": "hybrid", "base": name, "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
-               "fusion": ranker.weights.to_json(), "cross_fit_folds": cfg["cross_fit_folds"]}
+               "fusion": ranker.weights.to_json(), "cross_fit_folds": cfg["cross_fit_folds"],
+               "zero_shot": zero_shot, **({"chosen_on_validation": chosen} if chosen else {})}
     write_json(root / "predictions" / out_name / "timing.json", summary)
     log.info("fused %s with label names: %.1f candidates per text, weights %s", name, summary["candidates_per_text"],
              dict(zip(ranker.weights.features, np.round(ranker.weights.weights, 3).tolist())))

@@ -95,6 +95,47 @@ def fit_fusion(table: CandidateTable, gold: sp.csr_matrix, C: float = 1.0) -> Fu
     return FusionWeights(clf.coef_[0].astype(np.float64), float(clf.intercept_[0]), mean, scale)
 
 
+def zero_shot_fusion(method_weight: float, matched_bonus: float) -> FusionWeights:
+    """Fusion weights that read no training data: the label-name retriever's zero-shot score
+    (:data:`xmc.lexical.matcher.ZERO_SHOT_NAME_WEIGHTS`) + ``matched_bonus`` for a named label +
+    ``method_weight`` x the method's score. Training counts and sense priors get weight 0."""
+    from xmc.lexical.matcher import ZERO_SHOT_NAME_WEIGHTS
+
+    w = np.zeros(len(HYBRID_FEATURES))
+    w[HYBRID_FEATURES.index("method_score")] = method_weight
+    w[HYBRID_FEATURES.index("matched")] = matched_bonus
+    for f, v in ZERO_SHOT_NAME_WEIGHTS.items():
+        w[HYBRID_FEATURES.index(f)] = v
+    return FusionWeights(w, 0.0, np.zeros(len(HYBRID_FEATURES)), np.ones(len(HYBRID_FEATURES)))
+
+
+def precision_at(table: CandidateTable, scores: np.ndarray, gold: sp.csr_matrix, rows: np.ndarray, k: int) -> float:
+    """P@k (%) over the given text rows of the table's top-k under ``scores`` (rows without candidates count 0)."""
+    keep = np.isin(table.rows, rows)
+    sub = CandidateTable(table.rows[keep], table.labels[keep], table.X[keep])
+    _, I = top_k(sub, scores[keep], gold.shape[0], k)
+    I = I[rows]
+    ok = I >= 0
+    hits = np.zeros(I.shape, bool)
+    hits[ok] = np.asarray(gold[np.repeat(rows, k).reshape(I.shape)[ok], I[ok]]).ravel() > 0
+    return 100.0 * hits.sum() / (k * max(1, len(rows)))
+
+
+def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np.ndarray,
+                            method_weights: Sequence[float], matched_bonuses: Sequence[float],
+                            k: int) -> tuple[FusionWeights, dict[str, float]]:
+    """The grid point of :func:`zero_shot_fusion` with the best P@k on ``rows`` (ties: the first in grid order)."""
+    best: tuple[float, FusionWeights, dict[str, float]] | None = None
+    for mw in method_weights:
+        for mb in matched_bonuses:
+            w = zero_shot_fusion(float(mw), float(mb))
+            p = precision_at(table, w.score(table.X), gold, rows, k)
+            if best is None or p > best[0] + 1e-9:
+                best = (p, w, {"method_weight": float(mw), "matched_bonus": float(mb), f"P@{k}": round(p, 3)})
+    assert best is not None
+    return best[1], best[2]
+
+
 def top_k(table: CandidateTable, scores: np.ndarray, n_rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(scores (n, k) float32, ids (n, k) int64) of the best k candidates per row; -1 / -inf pad."""
     D = np.full((n_rows, k), -np.inf, np.float32)

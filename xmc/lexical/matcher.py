@@ -46,6 +46,11 @@ def word_forms(word: str) -> tuple[tuple[str, str], ...]:
     return tuple(out.items())
 
 
+# The zero-shot ranking of matched labels (no training data): longer names first (one more word outweighs
+# everything else), then the part of speech agreeing, less ambiguous and more specific names.
+ZERO_SHOT_NAME_WEIGHTS = {"match_words": 10.0, "pos_agrees": 2.0, "log_ambiguity": -1.0, "name_specificity": 0.2}
+
+
 @dataclass(frozen=True)
 class Match:
     words: int           # the longest name of the label found in the text, in words
@@ -134,3 +139,27 @@ class LabelNameMatcher:
 
     def match_many(self, texts: Sequence[str]) -> list[dict[int, Match]]:
         return [self.match(t) for t in texts]
+
+
+def zero_shot_name_scores(found: dict[int, Match]) -> tuple[np.ndarray, np.ndarray]:
+    """(label ids, scores) of a text's matched labels under :data:`ZERO_SHOT_NAME_WEIGHTS`."""
+    w = ZERO_SHOT_NAME_WEIGHTS
+    lids = np.fromiter(found, np.int64, len(found))
+    sc = np.array([w["match_words"] * m.words + w["pos_agrees"] * m.pos_agrees + w["log_ambiguity"] * np.log(m.ambiguity)
+                   + w["name_specificity"] * m.specificity for m in found.values()], dtype=np.float64)
+    return lids, sc
+
+
+def zero_shot_name_topk(matcher: LabelNameMatcher, texts: Sequence[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids (n, k) int32, scores (n, k) float32) of each text's best ``k`` name matches, zero-shot ranking;
+    ties broken by label id; -1 / -inf pad."""
+    I = np.full((len(texts), k), -1, np.int32)
+    D = np.full((len(texts), k), -np.inf, np.float32)
+    for r, text in enumerate(texts):
+        found = matcher.match(text)
+        if not found:
+            continue
+        lids, sc = zero_shot_name_scores(found)
+        order = np.lexsort((lids, -sc))[:k]
+        I[r, : len(order)], D[r, : len(order)] = lids[order], sc[order]
+    return I, D

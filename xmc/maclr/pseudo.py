@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from xmc.errors import DataFormatError
+from xmc.errors import ConfigError, DataFormatError
 from xmc.io import atomic_dir, write_json
 
 log = logging.getLogger(__name__)
@@ -161,23 +161,46 @@ class PseudoPairs:
     tfidf_ids: np.ndarray     # (n_instances x k) int32, -1 = none
     tfidf_scores: np.ndarray  # (n_instances x k) float32
     meta: dict[str, Any] = field(default_factory=dict)
+    # the label-name view (labels whose names occur in the instance, zero-shot ranking; xmc.lexical), where the
+    # dataset's labels have names apart from their descriptions; None otherwise
+    names_ids: np.ndarray | None = None     # (n_instances x k) int32, -1 = none
+    names_scores: np.ndarray | None = None  # (n_instances x k) float32
 
     def tfidf_matrix(self) -> sp.csr_matrix:
         return topk_to_csr(self.tfidf_ids, len(self.label_texts))
 
+    def sparse_view(self, view: str) -> np.ndarray:
+        """The top-k label ids of a sparse view: ``tfidf`` (sentence ↔ whole label text) or ``label_names``."""
+        if view == "tfidf":
+            return self.tfidf_ids
+        if view == "label_names":
+            if self.names_ids is None:
+                raise ConfigError("maclr stage2.sparse_view 'label_names': the pseudo pairs have no label-name view "
+                                  "(the dataset's labels have no names apart from their text, or maclr.pairs.names_k is 0)")
+            return self.names_ids
+        raise ConfigError(f"maclr stage2.sparse_view must be tfidf or label_names (got {view!r})")
+
     def counts(self) -> dict[str, Any]:
-        per = (self.tfidf_ids >= 0).sum(1)
-        return {"instances": len(self.texts), "labels": len(self.label_texts), "ict_pairs": len(self.ict),
-                "tfidf_pairs": int(per.sum()), "instances_with_tfidf_pairs": int((per > 0).sum()),
-                "tfidf_distinct_labels": int(len(np.unique(self.tfidf_ids[self.tfidf_ids >= 0])))}
+        out: dict[str, Any] = {"instances": len(self.texts), "labels": len(self.label_texts), "ict_pairs": len(self.ict)}
+        for view, ids in (("tfidf", self.tfidf_ids), ("names", self.names_ids)):
+            if ids is None:
+                continue
+            per = (ids >= 0).sum(1)
+            out.update({f"{view}_pairs": int(per.sum()), f"instances_with_{view}_pairs": int((per > 0).sum()),
+                        f"{view}_distinct_labels": int(len(np.unique(ids[ids >= 0])))})
+        return out
 
     def sample(self, n: int = 3, seed: int = 0) -> list[dict[str, Any]]:
         rng = np.random.default_rng(seed)
         out = []
         for p in (self.ict[int(j)] for j in rng.choice(len(self.ict), min(n, len(self.ict)), replace=False)):
             ids = self.tfidf_ids[p.instance]
-            out.append({"instance": self.texts[p.instance], "ict_context": p.context[:300],
-                        "tfidf_labels": [self.label_texts[j][:100] for j in ids[ids >= 0]]})
+            row = {"instance": self.texts[p.instance], "ict_context": p.context[:300],
+                   "tfidf_labels": [self.label_texts[j][:100] for j in ids[ids >= 0]]}
+            if self.names_ids is not None:
+                nids = self.names_ids[p.instance]
+                row["name_match_labels"] = [self.label_texts[j][:100] for j in nids[nids >= 0]]
+            out.append(row)
         return out
 
     def save(self, out_dir: str | Path) -> None:
@@ -187,6 +210,8 @@ class PseudoPairs:
             _write_jsonl(tmp / "ict.jsonl", [{"i": p.instance, "context": p.context, "label": p.pseudo_label}
                                               for p in self.ict])
             np.savez(tmp / "tfidf_topk.npz", ids=self.tfidf_ids, scores=self.tfidf_scores)
+            if self.names_ids is not None:
+                np.savez(tmp / "names_topk.npz", ids=self.names_ids, scores=self.names_scores)
             write_json(tmp / "meta.json", {"format": FORMAT, "version": VERSION, **self.meta,
                                            "counts": self.counts(), "sample": self.sample()})
 
@@ -201,7 +226,10 @@ class PseudoPairs:
             raise DataFormatError(meta_path, None, f"expected {FORMAT} v{VERSION}, found "
                                   f"{meta.get('format')} v{meta.get('version')} (rerun the maclr_pseudo_pairs stage)")
         top = np.load(d / "tfidf_topk.npz")
+        names = np.load(d / "names_topk.npz") if (d / "names_topk.npz").exists() else None
         return cls(texts=[r["text"] for r in _read_jsonl(d / "instances.jsonl")],
                    label_texts=[r["text"] for r in _read_jsonl(d / "labels.jsonl")],
                    ict=[ICTPair(int(r["i"]), r["context"], r["label"]) for r in _read_jsonl(d / "ict.jsonl")],
-                   tfidf_ids=top["ids"], tfidf_scores=top["scores"], meta=meta)
+                   tfidf_ids=top["ids"], tfidf_scores=top["scores"], meta=meta,
+                   names_ids=None if names is None else names["ids"],
+                   names_scores=None if names is None else names["scores"])

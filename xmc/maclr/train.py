@@ -202,8 +202,9 @@ def train_pairs(encoder: TextEncoder, texts: list[str], label_texts: list[str], 
 
 def stage2_pseudo_matrix(encoder: TextEncoder | None, pairs: PseudoPairs, cfg: dict[str, Any],
                          encode_batch_size: int = 256) -> tuple[sp.csr_matrix, dict[str, Any]]:
-    """Stage-II pseudo positives from the encoder's top-k (``dense_k``; 0 = off) and the TF-IDF top-k
-    (``tfidf``) per instance, on ``max_instances`` random training instances (0 = all: the encoder then
+    """Stage-II pseudo positives from the encoder's top-k (``dense_k``; 0 = off) and a sparse view's top-k
+    (``sparse``, ``sparse_view``: TF-IDF over the whole label text, or the labels whose names occur in the
+    instance) per instance, on ``max_instances`` random training instances (0 = all: the encoder then
     embeds every instance). ``select``: ``union`` (the paper: a pair from either view) or ``agree``
     (only pairs in both views' top-k; needs both views): a precision filter for data where a view's
     top-k is too noisy to self-train on (semcor-wn30: TF-IDF top-3 ~14% precise, the agreed pairs ~40%).
@@ -222,14 +223,15 @@ def stage2_pseudo_matrix(encoder: TextEncoder | None, pairs: PseudoPairs, cfg: d
         ids, _ = dense_topk(qv, lv, cfg["dense_k"])
         mats.append(topk_to_csr(ids, L, rows=rows, n_rows=n))
         info["dense_pairs"] = int(mats[-1].nnz)
-    if cfg["tfidf"]:
-        ids = pairs.tfidf_ids[rows, : cfg["tfidf_k"]]
+    if cfg["sparse"]:
+        ids = pairs.sparse_view(cfg["sparse_view"])[rows, : cfg["sparse_k"]]
         mats.append(topk_to_csr(ids, L, rows=rows, n_rows=n))
-        info["tfidf_pairs"] = int(mats[-1].nnz)
+        info["sparse_view"] = cfg["sparse_view"]
+        info["sparse_pairs"] = int(mats[-1].nnz)
     select = cfg["select"]   # "union" or "agree" (the schema refuses any other)
     if select == "agree":
         if len(mats) != 2:
-            raise ConfigError("maclr stage2.select 'agree' needs both views (dense_k > 0 and tfidf: true)")
+            raise ConfigError("maclr stage2.select 'agree' needs both views (dense_k > 0 and sparse: true)")
         Y = agreed_pairs(*mats)
     else:
         Y = union_pairs(*mats) if mats else sp.csr_matrix((n, L), dtype=np.float32)

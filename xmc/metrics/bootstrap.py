@@ -74,11 +74,16 @@ class InstanceContributions:
             return cls([str(x) for x in z["names"]], z["num"], z["den"])
 
 
-def contrib_path(run: str, split: str = "tst", ablation: bool = False, root: str | Path = EVALUATION_DIR) -> Path:
-    """Where the evaluate stage keeps a run's contributions: evaluation/{tst,val,ablations}/<run>.npz."""
+def contrib_path(run: str, split: str = "tst", ablation: bool = False, root: str | Path = EVALUATION_DIR,
+                 group: str | None = None) -> Path:
+    """Where the evaluate stage keeps a run's contributions: evaluation/{tst,val}/<run>.npz, or for the test
+    split of an ablation or extra-seed run evaluation/{ablations,seeds}/<run>.npz (``group``)."""
     if split not in ("tst", "val"):
         raise ValueError(f"split must be tst or val, got {split!r}")
-    return Path(root) / ("ablations" if ablation else split) / f"{run}.npz"
+    group = group or ("ablations" if ablation else None)
+    if group not in (None, "ablations", "seeds"):
+        raise ValueError(f"group must be ablations or seeds, got {group!r}")
+    return Path(root) / (group or split) / f"{run}.npz"
 
 
 def bootstrap_settings(params: dict[str, Any]) -> dict[str, Any]:

@@ -43,17 +43,24 @@ def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndar
 class HardNegativeShortlist(InBatchNegatives):
     """In-batch pool plus ``negatives_per_query`` negatives drawn from each query's top-``shortlist_size``
     labels under the current encoder (positives removed), refreshed every ``refresh_every_epochs``
-    epochs from ``start_epoch`` on (ANCE-style; DEXML §1.4)."""
+    epochs from ``start_epoch`` on (ANCE-style; DEXML §1.4), and also every ``refresh_every_steps`` steps
+    (0 = off) once ``start_epoch`` is reached: a short CPU run of one capped epoch then still mines with the
+    encoder being trained, not only the one it started from."""
 
     def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, shortlist_size: int = 100,
                  negatives_per_query: int = 1, refresh_every_epochs: int = 1, start_epoch: int = 0,
                  index_kind: str = "exact", encode_batch_size: int = 256, unsampled_positives: str = "mask",
-                 **positive_sampling: Any) -> None:
+                 refresh_every_steps: int = 0, **positive_sampling: Any) -> None:
         super().__init__(Y, max_positives_per_query, unsampled_positives, **positive_sampling)
         if refresh_every_epochs < 1:
             raise ConfigError("refresh_every_epochs must be >= 1")
         self.shortlist_size, self.negatives_per_query = shortlist_size, negatives_per_query
+        if refresh_every_steps < 0:
+            raise ConfigError("refresh_every_steps must be >= 0")
         self.refresh_every_epochs, self.start_epoch = refresh_every_epochs, start_epoch
+        self.refresh_every_steps = refresh_every_steps
+        self.epoch = 0
+        self.refreshed_at_steps: list[int] = []
         self.index_kind, self.encode_batch_size = index_kind, encode_batch_size
         self.shortlist: np.ndarray | None = None
         self.refreshed_at: list[int] = []
@@ -63,15 +70,27 @@ class HardNegativeShortlist(InBatchNegatives):
         return epoch >= self.start_epoch and (epoch - self.start_epoch) % self.refresh_every_epochs == 0
 
     def on_epoch_start(self, epoch: int, model: Any, query_texts: list[str]) -> None:
+        self.epoch = epoch
         if not self.due(epoch) or epoch in self.refreshed_at:
             return
+        self._refresh(model, query_texts)
+        self.refreshed_at.append(epoch)
+        log.info("hard-negative shortlist refreshed at epoch %d in %.1f s", epoch, self.refresh_seconds[-1])
+
+    def on_step_start(self, step: int, model: Any, query_texts: list[str]) -> None:
+        every = self.refresh_every_steps
+        if not every or step == 0 or step % every or self.epoch < self.start_epoch or step in self.refreshed_at_steps:
+            return
+        self._refresh(model, query_texts)
+        self.refreshed_at_steps.append(step)
+        log.info("hard-negative shortlist refreshed at step %d in %.1f s", step, self.refresh_seconds[-1])
+
+    def _refresh(self, model: Any, query_texts: list[str]) -> None:
         t0 = time.perf_counter()
         label_vecs = model.all_label_vectors(batch_size=self.encode_batch_size)
         query_vecs = model.query_vectors_np(query_texts, batch_size=self.encode_batch_size)
         self.refresh_from_vectors(query_vecs, label_vecs)
-        self.refreshed_at.append(epoch)
         self.refresh_seconds.append(time.perf_counter() - t0)
-        log.info("hard-negative shortlist refreshed at epoch %d in %.1f s", epoch, self.refresh_seconds[-1])
 
     def refresh_from_vectors(self, query_vecs: np.ndarray, label_vecs: np.ndarray) -> None:
         self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind)
@@ -88,11 +107,12 @@ class HardNegativeShortlist(InBatchNegatives):
 
     def state_dict(self) -> dict[str, Any]:
         return {"shortlist": self.shortlist, "refreshed_at": list(self.refreshed_at),
-                "refresh_seconds": list(self.refresh_seconds)}
+                "refreshed_at_steps": list(self.refreshed_at_steps), "refresh_seconds": list(self.refresh_seconds)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.shortlist = state.get("shortlist")
         self.refreshed_at = list(state.get("refreshed_at", []))
+        self.refreshed_at_steps = list(state.get("refreshed_at_steps", []))
         self.refresh_seconds = list(state.get("refresh_seconds", []))
 
 
@@ -115,5 +135,6 @@ def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any] | None) -> NegativeSampl
         return HardNegativeShortlist(
             Y, maxp, shortlist_size=cfg["shortlist_size"], negatives_per_query=cfg["negatives_per_query"],
             refresh_every_epochs=cfg["refresh_every_epochs"], start_epoch=cfg["start_epoch"],
-            index_kind=cfg["index_kind"], unsampled_positives=unsampled, **ps)
+            index_kind=cfg["index_kind"], unsampled_positives=unsampled,
+            refresh_every_steps=cfg["refresh_every_steps"], **ps)
     return AllLabels(Y, maxp, unsampled, **ps)   # kind "all" (the schema refuses any other)

@@ -410,19 +410,19 @@ class LabelNamePredictor(Predictor):
         return cls(matcher, ranking, counts)
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        from xmc.lexical import zero_shot_name_scores
+
         D = np.full((len(texts), k), -np.inf, np.float32)
         I = np.full((len(texts), k), -1, np.int64)
         for r, text in enumerate(texts):
             found = self.matcher.match(text)
             if not found:
                 continue
-            lids = np.fromiter(found, np.int64, len(found))
             if self.ranking == "prior":
+                lids = np.fromiter(found, np.int64, len(found))
                 sc = np.log1p(self.counts[lids]) + 1e-3 * np.array([found[l].words for l in lids])
             else:
-                # longer names first; then the part of speech agreeing, less ambiguous and more specific names
-                sc = np.array([10.0 * m.words + 2.0 * m.pos_agrees - np.log(m.ambiguity) + 0.2 * m.specificity
-                               for m in found.values()])
+                lids, sc = zero_shot_name_scores(found)
             order = np.lexsort((lids, -sc))[:k]
             I[r, : len(order)], D[r, : len(order)] = lids[order], sc[order]
         return D, I

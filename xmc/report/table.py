@@ -7,6 +7,7 @@ paired bootstrap tests between chosen pairs of methods (same test instances, sam
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +36,23 @@ def comparison_rows(metrics_dir: str | Path, methods: list[str]) -> list[dict[st
     return rows
 
 
-def seed_rows(metrics_dir: str | Path, seeds: dict[str, list[str]] | None,
+def seed_rows(metrics_dir: str | Path | Sequence[str | Path], seeds: dict[str, list[str]] | None,
               metrics: list[str] = SEED_METRICS) -> list[dict[str, Any]]:
     """Mean and sample sd (ddof = 1) over a base run and its extra-seed runs; missing runs are skipped.
+    ``metrics_dir``: one folder or several, searched in order for ``<run>.json`` (the base runs' metrics/ and
+    the extra seeds' seeds/metrics/).
 
     A base run without a metrics file gives no row. ``sd`` is None with a single seed found.
     """
+    dirs = [Path(metrics_dir)] if isinstance(metrics_dir, str | Path) else [Path(d) for d in metrics_dir]
+
+    def find(run: str) -> Path | None:
+        return next((d / f"{run}.json" for d in dirs if (d / f"{run}.json").exists()), None)
+
     out = []
     for base, extra in (seeds or {}).items():
         runs = [base] + list(extra or [])
-        files = {r: Path(metrics_dir) / f"{r}.json" for r in runs}
-        found = {r: read_json(f) for r, f in files.items() if f.exists()}
+        found = {r: read_json(f) for r in runs if (f := find(r)) is not None}
         if base not in found:
             continue
         row: dict[str, Any] = {"base": base, "runs": list(found), "n_found": len(found), "n_runs": len(runs)}
