@@ -73,7 +73,8 @@ def _label_name_view(texts: list[str], label_texts: list[str], params: dict):
     names = parse_label_names(label_texts, params["label_names"]["mode"])
     if k == 0:
         return None, None, names.mode
-    matcher = LabelNameMatcher(names, params["label_names"]["max_words"], label_texts)
+    matcher = LabelNameMatcher(names, params["label_names"]["max_words"], label_texts,
+                               params["label_names"]["cased_names"])
     ids, scores = zero_shot_name_topk(matcher, texts, k)
     return ids, scores, names.mode
 

@@ -231,7 +231,7 @@ def test_zero_shot_fuse_stage_reads_no_training_split(tmp_path):
 
     params = {"hybrid": filled(HybridConfig, {"zero_shot": {"method_weight": [0.0, 1.0], "matched_bonus": [0.0]}},
                                "hybrid"),
-              "label_names": {"mode": "auto", "max_words": 4}, "evaluate": {"top_k": 5},
+              "label_names": {"mode": "auto", "max_words": 4, "cased_names": True}, "evaluate": {"top_k": 5},
               "data": {"processed_dir": "data/processed"}, "predictions": {}, "unidec_predictions": {}}
     summary = fuse_run(params, "base", tmp_path, zero_shot=True)
     assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all"}
@@ -244,3 +244,23 @@ def test_zero_shot_fuse_stage_reads_no_training_split(tmp_path):
                            label_uids=uids, label_texts=WORDNET_STYLE)
     S, R = xmc.load(str(tmp_path / "zs_pkg")).topk(tst_texts, 5)
     assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)
+
+
+def test_cased_names_match_only_their_spelling_and_short_ones_not_first():
+    """WordNet writes abbreviations and proper nouns with capitals: "He" (helium) and "Sat" (Saturday) must not
+    match the pronoun and the verb form, while a case-blind matcher takes them."""
+    labels = ["helium, He (n): a very light gas", "Saturday, Sabbatum, Sat (n): the seventh day",
+              "sit, sit down (v): be seated", "Paris, City of Light (n): the capital of France",
+              "bank (n): sloping land beside a body of water"]
+    names = parse_label_names(labels)
+    assert names.cased[0] == {"he": "He"} and names.cased[3] == {"paris": "Paris", "city of light": "City of Light"}
+    blind = LabelNameMatcher(names, label_texts=labels)
+    cased = LabelNameMatcher(names, label_texts=labels, cased_names=True)
+    text = "He sat on the bank on Saturday ."
+    assert {0, 1, 2, 4} <= set(blind.match(text))
+    got = cased.match(text)
+    assert 0 not in got and 2 in got and 4 in got   # "He" first and short: not helium; "sat": the verb only
+    assert 1 in got and got[1].words == 1           # by "Saturday", spelt as in the label
+    assert 1 not in cased.match("He sat down .")    # "sat" is not "Sat"
+    assert 0 in cased.match("Balloons filled with He rise .")
+    assert 3 in cased.match("Paris in spring") and 3 not in cased.match("the paris of the world")

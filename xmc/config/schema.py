@@ -522,6 +522,7 @@ class LabelNamesConfig(Section):
 
     mode: Literal["auto", "prefix", "text"] = "auto"
     max_words: Annotated[int, Field(ge=1, le=8)] = 4
+    cased_names: bool = True   # names written with capitals match only that spelling (abbreviations: "He", "Sat")
 
 
 class ZeroShotFusionConfig(Section):
@@ -873,7 +874,7 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     defined = (set(p["runs"]) | set(p["maclr"]["runs"]) | set(p["maclr"]["fewshot"]["runs"]) | set(p["pretrained"])
                | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | {"st_mnrl", "label_prior", "tfidf_zeroshot",
                                                                         "tfidf_knn", "xr_linear"}
-               | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")} | {"name_match", "name_match_prior"})
+               | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")} | {"name_match", "name_match_prior", "name_match_uncased"})
     for i, run in enumerate(p["hybrid"]["runs"]):
         if run not in defined:
             out.append((("hybrid", "runs", i), f"{run!r} is not a run of any method"))

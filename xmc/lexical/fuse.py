@@ -66,7 +66,8 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_sho
         ds = load_processed(root / params["data"]["processed_dir"], splits=("trn", *splits))
         counts = np.asarray(ds.trn.Y.sum(0)).ravel()
     t0 = time.perf_counter()
-    ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"])
+    ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"],
+                          cased_names=names_cfg["cased_names"])
     val = TopK.load(base_dir / "val_topk.npz")
     table = ranker.table(ds.val.texts, val.scores, val.indices)
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])

@@ -156,11 +156,12 @@ class HybridRanker:
     ``hybrid`` predictor of model packages."""
 
     def __init__(self, label_texts: Sequence[str], mode: str, train_counts: np.ndarray,
-                 weights: FusionWeights | None = None, max_words: int = 4) -> None:
+                 weights: FusionWeights | None = None, max_words: int = 4, cased_names: bool = False) -> None:
         from xmc.lexical.names import parse_label_names
 
         self.names = parse_label_names(label_texts, mode)
-        self.matcher = LabelNameMatcher(self.names, max_words=max_words, label_texts=label_texts)
+        self.matcher = LabelNameMatcher(self.names, max_words=max_words, label_texts=label_texts,
+                                        cased_names=cased_names)
         self.train_counts = np.asarray(train_counts, np.float64)
         self.prior, self.mfs = self.matcher.sense_prior(self.train_counts)
         self.log_count = np.log1p(self.train_counts)
@@ -185,4 +186,5 @@ class HybridRanker:
         save_npz_deterministic(path / "train_counts.npz", counts=self.train_counts.astype(np.float32))
         (path / "fusion.json").write_text(json.dumps({"label_names": self.names.mode,
                                                       "max_words": self.matcher.max_words,
+                                                      "cased_names": self.matcher.cased_names,
                                                       **(self.weights.to_json() if self.weights else {})}, indent=2))

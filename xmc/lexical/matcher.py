@@ -62,9 +62,17 @@ class Match:
 class LabelNameMatcher:
     """Labels whose names occur in a text (see the module doc)."""
 
-    def __init__(self, names: LabelNames, max_words: int = 4, label_texts: Sequence[str] | None = None) -> None:
+    def __init__(self, names: LabelNames, max_words: int = 4, label_texts: Sequence[str] | None = None,
+                 cased_names: bool = False) -> None:
+        """``cased_names``: a name written with capitals in the label text (a proper noun, an abbreviation such
+        as "He" for helium or "Sat" for Saturday) matches only the same spelling in the text, and a short one
+        (up to 3 letters) not as the text's first word, where any word is capitalised."""
         self.tags = names.tags
         self.max_words = max_words
+        self.cased_names = cased_names
+        self.cased: dict[tuple[str, int], str] = {}
+        if cased_names and names.cased is not None:
+            self.cased = {(n, lid): c for lid, cs in enumerate(names.cased) for n, c in cs.items()}
         self.by_name: dict[str, list[int]] = defaultdict(list)
         for lid, ns in enumerate(names.names):
             for n in ns:
@@ -89,6 +97,12 @@ class LabelNameMatcher:
         t = self.tags[lid]
         return t is None or tags == "*" or t in tags
 
+    def _case_fits(self, key: str, lid: int, words: list[str], start: int, end: int) -> bool:
+        spelt = self.cased.get((key, lid))
+        if spelt is None:
+            return True
+        return " ".join(words[start : end + 1]) == spelt and not (start == 0 and len(spelt) <= 3)
+
     def match(self, text: str) -> dict[int, Match]:
         words = TOKEN.findall(text)
         forms = [word_forms(w) for w in words]
@@ -107,6 +121,8 @@ class LabelNameMatcher:
                 n_words = i - start + 1
                 for key, tags in nxt:
                     for lid in self.by_name.get(key, ()):
+                        if self.cased and not self._case_fits(key, lid, words, start, i):
+                            continue
                         m = Match(n_words, len(self.by_name[key]), self._agrees(lid, tags), self.specificity[key])
                         old = found.get(lid)
                         if old is None or (m.words, m.pos_agrees, -m.ambiguity) > (old.words, old.pos_agrees, -old.ambiguity):

@@ -34,6 +34,9 @@ class LabelNames:
     names: list[list[str]]
     tags: list[str | None]
     mode: str
+    # per label: normalised name -> its spelling with capitals, for names written with capitals in the label text
+    # (WordNet: proper nouns and abbreviations such as "He" (helium) or "Sat" (Saturday)); prefix mode only
+    cased: list[dict[str, str]] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
@@ -48,13 +51,18 @@ def parse_label_names(label_texts: Sequence[str], mode: str = "auto") -> LabelNa
         mode = "prefix" if label_texts and sum(m is not None for m in matches) >= 0.9 * len(label_texts) else "text"
     names: list[list[str]] = []
     tags: list[str | None] = []
+    cased: list[dict[str, str]] = []
     for text, m in zip(label_texts, matches):
         if mode == "prefix" and m is not None:
-            parts = [normalise_name(p) for p in m["names"].split(", ")]
+            raw = m["names"].split(", ")
+            parts = [normalise_name(p) for p in raw]
             names.append([p for p in dict.fromkeys(parts) if p])
             tags.append(m["tag"])
+            cased.append({n: " ".join(re.sub(r"[_\-]+", " ", r).split()) for n, r in zip(parts, raw)
+                          if n and r != r.lower()})
         else:
             n = normalise_name(text)
             names.append([n] if n else [])
             tags.append(None)
-    return LabelNames(names, tags, mode)
+            cased.append({})
+    return LabelNames(names, tags, mode, cased)

@@ -25,9 +25,12 @@ RUN_SECTIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...] | None], ...] = 
     ("maclr_fewshot", ("maclr", "fewshot", "runs"), ("maclr", "fewshot", "defaults")),
     ("pretrained", ("pretrained",), None),
 )
-PEER_RUNS = ("st_mnrl", "label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match", "name_match_prior")
+PEER_RUNS = ("st_mnrl", "label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match", "name_match_prior",
+             "name_match_uncased")
 # the label-name retriever's two rankings: no training data at all, and by training sense frequency
-NAME_MATCH_RANKING = {"name_match": "zero_shot", "name_match_prior": "prior"}
+NAME_MATCH_RANKING = {"name_match": "zero_shot", "name_match_prior": "prior", "name_match_uncased": "zero_shot"}
+# label_names settings a name-match run overrides (selection candidates)
+NAME_MATCH_OVERRIDES: dict[str, dict[str, Any]] = {"name_match_uncased": {"cased_names": False}}
 
 
 @dataclass(frozen=True)
@@ -89,7 +92,8 @@ def find_run(params: dict[str, Any], name: str) -> RunSpec:
             cfg["tfidf_knn"] = params["tfidf_knn"]
         return RunSpec(name, name, cfg, name)
     if name in NAME_MATCH_RANKING:
-        return RunSpec(name, "label_names", {"ranking": NAME_MATCH_RANKING[name], "label_names": params["label_names"]},
+        return RunSpec(name, "label_names", {"ranking": NAME_MATCH_RANKING[name],
+                                             "label_names": {**params["label_names"], **NAME_MATCH_OVERRIDES.get(name, {})}},
                        "label_names")
     import difflib
 

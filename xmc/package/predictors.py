@@ -367,9 +367,10 @@ def _load_counts(path: Path, n_labels: int) -> np.ndarray:
 
 def _lexical_settings(section: dict[str, Any], where: Path) -> dict[str, Any]:
     mode, words = section.get("label_names"), section.get("max_words")
-    if mode not in ("auto", "prefix", "text") or not isinstance(words, int) or words < 1:
-        raise DataFormatError(where, None, "not a label-name predictor description (label_names, max_words)")
-    return {"mode": mode, "max_words": words}
+    cased = section.get("cased_names", False)   # packages written before the option matched case-blind
+    if mode not in ("auto", "prefix", "text") or not isinstance(words, int) or words < 1 or not isinstance(cased, bool):
+        raise DataFormatError(where, None, "not a label-name predictor description (label_names, max_words, cased_names)")
+    return {"mode": mode, "max_words": words, "cased_names": cased}
 
 
 class LabelNamePredictor(Predictor):
@@ -391,12 +392,14 @@ class LabelNamePredictor(Predictor):
         if ranking not in ("zero_shot", "prior"):
             raise ConfigError(f"label-name ranking must be zero_shot or prior (got {ranking!r})")
         names = parse_label_names(label_texts, options["label_names"]["mode"])
-        matcher = LabelNameMatcher(names, options["label_names"]["max_words"], label_texts)
+        matcher = LabelNameMatcher(names, options["label_names"]["max_words"], label_texts,
+                                   options["label_names"].get("cased_names", False))
         out.mkdir(parents=True, exist_ok=True)
         if ranking == "prior":  # only this ranking reads training labels
             counts = np.asarray(options["train_labels"].sum(0)).ravel().astype(np.float32)
             save_npz_deterministic(out / "train_counts.npz", counts=counts)
         return {"kind": cls.kind, "ranking": ranking, "label_names": names.mode, "max_words": matcher.max_words,
+                "cased_names": matcher.cased_names,
                 "names": int(len(matcher.by_name))}
 
     @classmethod
@@ -404,7 +407,8 @@ class LabelNamePredictor(Predictor):
         from xmc.lexical import LabelNameMatcher, parse_label_names
 
         st = _lexical_settings(section, root)
-        matcher = LabelNameMatcher(parse_label_names(label_texts, st["mode"]), st["max_words"], label_texts)
+        matcher = LabelNameMatcher(parse_label_names(label_texts, st["mode"]), st["max_words"], label_texts,
+                                   st["cased_names"])
         ranking = section.get("ranking")
         counts = _load_counts(root / "train_counts.npz", len(label_texts)) if ranking == "prior" else None
         return cls(matcher, ranking, counts)
@@ -449,7 +453,8 @@ class HybridPredictor(Predictor):
         ranker = options["ranker"]
         ranker.save(out / "fusion")
         return {"kind": cls.kind, "base": base_section, "base_k": int(options["base_k"]), "fusion": "fusion",
-                "label_names": ranker.names.mode, "max_words": ranker.matcher.max_words}
+                "label_names": ranker.names.mode, "max_words": ranker.matcher.max_words,
+                "cased_names": ranker.matcher.cased_names}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> HybridPredictor:
@@ -467,7 +472,7 @@ class HybridPredictor(Predictor):
         except (KeyError, TypeError, ValueError) as e:
             raise DataFormatError(root / "fusion" / "fusion.json", None, f"not fusion weights ({str(e)[:120]})") from None
         counts = _load_counts(root / "fusion" / "train_counts.npz", len(label_texts))
-        ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"])
+        ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"], st["cased_names"])
         return cls(base, ranker, int(section.get("base_k", 100)))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
