@@ -41,9 +41,11 @@ def test_every_shipped_run_resolves_to_a_method_with_its_merged_settings():
     # every package is a prediction of some run; UniDEC's spaces are variants of one run
     for name in p["packages"]:
         run, method, options = find_prediction(p, name)
-        base = name.removesuffix("_hybrid") if "hybrid" in options else name
+        base = name.removesuffix("_hybrid").removesuffix("_zs") if "hybrid" in options else name
         assert base in method.prediction_variants(run), name
     assert "hybrid" in find_prediction(p, "astra_hybrid")[2] and "hybrid" not in find_prediction(p, "astra")[2]
+    assert find_prediction(p, "maclr_zs_hybrid")[2]["hybrid"]["zero_shot"] is True
+    assert find_prediction(p, "maclr_hybrid")[2]["hybrid"]["zero_shot"] is False
     assert find_prediction(p, "unidec_de_only")[2] == {"space": "de"}
 
 
