@@ -45,7 +45,7 @@ $(PECOS_VENV)/.installed: Makefile
 
 setup: $(VENV)/.installed $(PECOS_VENV)/.installed .dvc/config
 
-# The main pipeline: data, validation, the peers and one default run of every method (about an hour on 2 cores).
+# The main pipeline: data, validation, the peers and one default run of every method (about 45 minutes on 2 cores).
 run: setup
 	$(BIN)/dvc repro report package
 	@echo
