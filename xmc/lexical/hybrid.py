@@ -114,11 +114,10 @@ def precision_at(table: CandidateTable, scores: np.ndarray, gold: sp.csr_matrix,
     keep = np.isin(table.rows, rows)
     sub = CandidateTable(table.rows[keep], table.labels[keep], table.X[keep])
     _, I = top_k(sub, scores[keep], gold.shape[0], k)
-    I = I[rows]
-    ok = I >= 0
-    hits = np.zeros(I.shape, bool)
-    hits[ok] = np.asarray(gold[np.repeat(rows, k).reshape(I.shape)[ok], I[ok]]).ravel() > 0
-    return 100.0 * hits.sum() / (k * max(1, len(rows)))
+    from xmc.metrics import hit_matrix
+
+    hits = hit_matrix(I[rows], gold.tocsr()[rows])
+    return float(100.0 * hits.sum() / (k * max(1, len(rows))))
 
 
 def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np.ndarray,
