@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import networkx as nx
@@ -80,6 +81,48 @@ def _retry_only_transient(task, task_run, state) -> bool:
 
 
 GRACE_SECONDS = 20.0
+PROGRESS_EVERY_S = 30.0   # at most one progress line (and artifact update) per stage in this many seconds
+
+
+class StageProgress:
+    """A running stage's tqdm bars, as a bounded-rate log line and a Prefect progress artifact.
+
+    Every ``PROGRESS_EVERY_S`` seconds (and at each bar's 100 %) the latest bar line is logged and the
+    artifact ``<stage>-progress`` shows its percentage, so a training stage is visible in the UI while it runs.
+    """
+
+    def __init__(self, stage: str, every_s: float = PROGRESS_EVERY_S) -> None:
+        self.stage, self.every_s = stage, every_s
+        self.last = -float("inf")
+        self.artifact_id = None
+
+    def due(self, line: str) -> bool:
+        now = time.monotonic()
+        m = _TQDM.search(line)
+        done = "100%|" in line
+        if not done and now - self.last < self.every_s:
+            return False
+        self.last = now
+        if m is not None:
+            self._artifact(float(m.group(0)[:-2]), line)
+        return True
+
+    def _artifact(self, percent: float, line: str) -> None:
+        from prefect.artifacts import create_progress_artifact, update_progress_artifact
+        from prefect.context import FlowRunContext, TaskRunContext
+
+        if TaskRunContext.get() is None and FlowRunContext.get() is None:
+            return   # not inside a flow run (a plain call): the log line is all there is
+
+        desc = f"{self.stage}: {line.split('|')[0].strip()}"[:200]
+        try:
+            if self.artifact_id is None:
+                key = re.sub(r"[^a-z0-9-]+", "-", f"{self.stage}-progress".lower()).strip("-")
+                self.artifact_id = create_progress_artifact(percent, key=key, description=desc)
+            else:
+                update_progress_artifact(self.artifact_id, percent, description=desc)
+        except Exception:  # noqa: BLE001 - outside a flow run (or the API away) the log line is enough
+            self.artifact_id = None
 
 
 @task(name="dvc-stage", task_run_name="{stage}", retry_condition_fn=_retry_only_transient)
@@ -99,12 +142,15 @@ def run_dvc_stage(stage: str, repo_dir: str, force: bool = False, timeout_second
     proc = subprocess.Popen(sup + cmd, cwd=repo_dir, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
     error_line, ran, input_error, timed_out = "", False, False, False
+    progress = StageProgress(stage)
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
             line = line.rstrip()
-            if not line or (_TQDM.search(line) and "100%|" not in line):
-                continue  # tqdm redraws: keep the Prefect log readable (the final 100% line stays)
+            if not line:
+                continue
+            if _TQDM.search(line) and not progress.due(line):
+                continue  # tqdm redraws: one line per PROGRESS_EVERY_S seconds keeps the Prefect log readable
             logger.info("%s | %s", stage, line)
             if line.startswith("error:") or line.startswith("ERROR:"):
                 error_line = error_line or line

@@ -67,7 +67,7 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
     orch = load_params(repo / "params.yaml")["orchestration"]
     with repo_lock(repo, orch["concurrency_limit_name"], orch["concurrency_wait_seconds"]):
         order = stage_order(repo, targets)
-        logger.info("stages in order: %s", order)
+        logger.info("stages in order: %s", ", ".join(map(str, order)))
         use_gpu = bool(gpu_deployment) and _gpu_deployment_ready(gpu_deployment)
         logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else "none online; heavy stages run in-process")
         results: dict[str, Any] = {}

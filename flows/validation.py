@@ -11,6 +11,7 @@ from flows.dvc_tasks import run_dvc_stage, stage_order
 from flows.guard import confine_repo, repo_lock
 from flows.pipeline import stage_timeout
 from xmc.config import load_params
+from xmc.logs import kv
 
 
 @flow(name="xmc-data-validation", log_prints=True)
@@ -27,5 +28,5 @@ def xmc_data_validation(repo_dir: str = ".") -> dict:
     create_table_artifact(key="xmc-validation-checks", table=[
         {"table": c["table"], "check": c["description"], "severity": c["severity"], "passed": c["success"]}
         for c in summary["checks"]])
-    logger.info("validation: %s", summary["metrics"])
+    logger.info("validation: %s", kv(summary["metrics"]))
     return summary["metrics"]

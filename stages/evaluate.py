@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> None:
     contrib.save(contrib_path(method, split, group=group))
     write_json(metrics_path, m)
     if plots is not None:
-        write_json(plots / "at_k.json", [
-            {"k": k, "precision": m[f"P@{k}"], "ndcg": m[f"nDCG@{k}"], "psp": m[f"PSP@{k}"]} for k in ev["ks"]])
+        c = res["curves"]
+        write_json(plots / "at_k.json", [{"k": k, "precision": p, "recall": r}
+                                         for k, p, r in zip(c["k"], c["precision"], c["recall"])])
         write_json(plots / "recall_by_frequency.json", [
             {"bucket": b["bucket"], "recall": round(b[f"recall@{max(ev['recall_ks'])}"] or 0.0, 4),
              "test_pairs": b["test_pairs"]}

@@ -3,13 +3,14 @@
 Usage: ``python -m stages.graph``. Settings: params ``ramen.graph``.
 
 * ``source_dir`` set: every anchor set found there (docs/methods/ramen.md for the file format) is loaded.
-* ``source_dir`` null: the sets are derived for semcor-wn30 (``xmc.graph.build``): ``wordnet``
-  (label -> WordNet hypernyms + other relations) and ``document`` (sentence -> neighbouring
-  sentences of its document).
+* ``source_dir`` null: the sets are derived (``xmc.graph.build``): ``wordnet`` (label -> WordNet
+  hypernyms + other relations), where the dataset ships a ``label_graph.tsv`` (semcor-wn30), and
+  ``document`` (sentence -> neighbouring sentences of its document), where instances have groups. A set
+  whose inputs the dataset lacks is skipped with one warning line.
 
 Writes ``<out_dir>/raw/`` and ``<out_dir>/augmented/`` (both in the input format, so a user can
 inspect or reuse them), statistics before/after (networkx) into ``reports/validation/graph.html``
-and ``reports/validation/graph_summary.json`` (a DVC metrics file).
+and ``reports/validation/graph_summary.json``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ from xmc.data import load_processed
 from xmc.graph.build import document_query_set, wordnet_label_set
 from xmc.graph.format import AnchorSet, load_graph_dir, save_anchor_set
 from xmc.graph.rwr import augment_edges
+from xmc.errors import ConfigError
 from xmc.graph.stats import graph_stats, stats_html
 from xmc.io import atomic_dir, atomic_file, write_json
+from xmc.logs import kv
 
 log = logging.getLogger("stages.graph")
 
@@ -32,12 +35,22 @@ log = logging.getLogger("stages.graph")
 def derive_sets(params: dict, gcfg: dict, ds) -> dict[str, AnchorSet]:
     sets: dict[str, AnchorSet] = {}
     wcfg = gcfg["wordnet"]
-    if wcfg["enabled"]:
-        sets["wordnet"] = wordnet_label_set(params["data"]["dataset_dir"], gcfg["wordnet_dir"], ds.n_labels,
+    # the dataset's label graph as ingest kept it (data/processed/label_side): a dataset without one has no
+    # label -> anchor set, and RAMEN then runs with the sets that exist
+    side = Path(params["data"]["processed_dir"]) / "label_side"
+    if wcfg["enabled"] and not (side / "label_graph.tsv").is_file():
+        log.warning("wordnet label set skipped: the dataset ships no label_graph.tsv")
+    elif wcfg["enabled"]:
+        if not gcfg["wordnet_dir"] or not Path(gcfg["wordnet_dir"]).is_dir():
+            raise ConfigError(f"params.yaml: ramen.graph.wordnet_dir: {gcfg['wordnet_dir']!r} is not a folder "
+                              f"(needed by ramen.graph.wordnet.enabled)")
+        sets["wordnet"] = wordnet_label_set(side, gcfg["wordnet_dir"], ds.n_labels,
                                             list(wcfg["relations"]), wcfg["hypernym_levels"],
                                             label_uids=list(ds.label_uids))
     dcfg = gcfg["document"]
-    if dcfg["enabled"]:
+    if dcfg["enabled"] and not any(g is not None for g in (ds.trn.groups or [])):
+        log.warning("document query set skipped: the training instances have no document groups")
+    elif dcfg["enabled"]:
         sets["document"] = document_query_set(ds.trn, dcfg["window"])
     return sets
 
@@ -76,6 +89,8 @@ def main() -> None:
     out = Path(gcfg["out_dir"])
     t1 = time.perf_counter()
     with atomic_dir(out) as tmp:
+        (tmp / "raw").mkdir()
+        (tmp / "augmented").mkdir()
         for name in sets:
             save_anchor_set(sets[name], tmp / "raw")
             save_anchor_set(augmented[name], tmp / "augmented")
@@ -96,7 +111,7 @@ def main() -> None:
                                 "node_degree_histogram_before": st["before"]["node_degree"]["histogram"],
                                 "node_degree_histogram_after": st["after"]["node_degree"]["histogram"]}
     write_json(report_dir / "graph_summary.json", summary)
-    log.info("graph stage done in %.1f s: %s", summary["total_seconds"], summary["timing_seconds"])
+    log.info("graph stage done in %.1f s: %s", summary["total_seconds"], kv(summary["timing_seconds"], 1))
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ import logging
 
 from xmc.config import load_params, run_entry_point
 from xmc.data import load_dataset_dir, save_processed, split_validation, subsample
+from xmc.data.dataset import label_side_files
+from xmc.logs import kv
 
 log = logging.getLogger("stages.ingest")
 
@@ -23,9 +25,12 @@ def main() -> None:
     else:
         ds.val = None
         ds = split_validation(ds, vcfg["fraction"], vcfg["seed"])
-    meta = save_processed(ds, p["processed_dir"])
-    log.info("validation split: %s", meta["validation"])
-    log.info("ingested %s: %s", p["dataset_dir"], meta["counts"])
+    side = label_side_files(p["dataset_dir"])
+    meta = save_processed(ds, p["processed_dir"], side)
+    if side:
+        log.info("label-side files kept for the label graph: %s", ", ".join(sorted(side)))
+    log.info("validation split: %s", kv(meta["validation"]))
+    log.info("ingested %s: %s", p["dataset_dir"], kv(meta["counts"]))
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from xmc.data.formats import read_json_lines
 from xmc.io import write_json
 from xmc.maclr.corpus import load_texts_only
 from xmc.maclr.pseudo import PseudoPairs, ict_pairs_from_groups, ict_pairs_from_titles, tfidf_topk
+from xmc.logs import kv
 
 log = logging.getLogger("stages.maclr_pseudo_pairs")
 
@@ -84,9 +85,9 @@ def main() -> None:
     out = Path(params["maclr"]["pairs_dir"])
     pairs = build_pairs(params)
     pairs.save(out)
-    log.info("pseudo pairs -> %s: %s", out, pairs.counts())
+    log.info("pseudo pairs -> %s: %s", out, kv(pairs.counts()))
     for s in pairs.sample():
-        log.info("sample: %s", s)
+        log.info("sample: %s", json.dumps(s, ensure_ascii=False))
     write_json(out.parent / "maclr_pairs_timing.json", pairs.meta["seconds"])
 
 

@@ -25,7 +25,8 @@ from typing import Any
 from xmc.config import load_params, run_entry_point
 from xmc.io import atomic_file, write_json
 from xmc.metrics.bootstrap import EVALUATION_DIR, bootstrap_settings
-from xmc.report import comparison_rows, paired_comparisons, render_html, render_markdown, render_plots, seed_rows
+from xmc.report import (ablation_deltas, comparison_rows, paired_comparisons, render_figures, render_html,
+                        render_markdown, render_plots_page, seed_rows)
 
 
 def main() -> None:
@@ -52,21 +53,31 @@ def main() -> None:
     if ablations:
         rows = comparison_rows("metrics", params["methods"]) + comparison_rows(
             Path("ablations") / "metrics", params["ablations"])
+        # each ablation against its control, as paired differences on the same test instances
+        controls = {a: c for a, c in rep["ablation_controls"].items() if a in params["ablations"]}
+        delta_rows, _ = paired_comparisons([[a, c] for a, c in controls.items()], dirs, alpha=alpha, **boot)
+        deltas = ablation_deltas(delta_rows, controls)
         title = f"XMC methods and their ablations on {name} (test split)"
-        write_json(out / "paired_ablations.json", paired)
+        write_json(out / "paired_ablations.json", paired + delta_rows)
         with atomic_file(out / "ablations.md") as fh:
-            fh.write(render_markdown(rows, title, **kw))
+            fh.write(render_markdown(rows, title, ablation_deltas=deltas, **kw))
         with atomic_file(out / "ablations.html") as fh:
-            fh.write(render_html(rows, title, [], **kw))
+            fh.write(render_html(rows, title, [], ablation_deltas=deltas, **kw))
         return
     rows = comparison_rows("metrics", params["methods"])
     title = f"XMC comparison on {name} (test split)"
-    images = render_plots(rows, Path("plots") / "eval", out / "figures")
+    # training curves come from the live records of the runs behind the rows (plots/train/<run>/, written by
+    # their training stages, which are upstream of these rows' metrics)
+    page = render_figures([r["method"] for r in rows], Path("plots") / "eval", Path("plots") / "train",
+                          out / "figures", rep["training_families"], {r["method"]: r for r in rows})
+    images = [f"figures/{i['file']}" for i in page["curves"]]
     write_json(out / "paired.json", paired)
     with atomic_file(out / "comparison.md") as fh:
         fh.write(render_markdown(rows, title, **kw))
     with atomic_file(out / "comparison.html") as fh:
-        fh.write(render_html(rows, title, [f"figures/{i}" for i in images], **kw))
+        fh.write(render_html(rows, title, images, plots_page="plots.html", **kw))
+    with atomic_file(out / "plots.html") as fh:
+        fh.write(render_plots_page(page, f"Figures: {title}"))
 
 
 if __name__ == "__main__":

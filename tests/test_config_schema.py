@@ -84,9 +84,9 @@ def test_encoder_builder_fills_from_the_schema(monkeypatch):
     d = EncoderConfig().model_dump()
     assert d["kind"] == "transformer"
     assert build_encoder({}).kwargs == {k: d[k] for k in ("model_dir", "pooling", "max_len_query", "max_len_label",
-                                                          "tied", "dropout", "freeze_embeddings")}
+                                                          "tied", "dropout", "freeze_embeddings", "label_text")}
     bow = build_encoder({"kind": "bow", "dim": "16"}).kwargs
-    assert bow == {**{k: d[k] for k in ("n_buckets", "ngram_max", "tied", "dropout", "seed")}, "dim": 16}
+    assert bow == {**{k: d[k] for k in ("n_buckets", "ngram_max", "tied", "dropout", "seed", "label_text")}, "dim": 16}
     assert type(bow["dropout"]) is float
 
 

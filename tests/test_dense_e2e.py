@@ -51,8 +51,14 @@ def test_dense_methods_train_index_and_land_in_the_report(repo):
     assert dex["train_seconds"] > 0 and dex["n_test"] > 0
     summary = json.loads((repo / "models/dexml/train_summary.json").read_text())
     assert summary["steps"] == 3 and summary["refreshed_at_epochs"] == [0]
-    assert (repo / "plots/train/dexml_bow/loss.csv").read_text().startswith("step,epoch,loss,lr")
-    assert "P@1" in (repo / "plots/train/dexml_bow/validation.csv").read_text()
+    card = (repo / "models/dexml/README.md").read_text()   # not sentence-transformers' generic card
+    assert card.startswith("# dexml: a sentence encoder trained by xmc") and "Base model" not in card
+    live = repo / "plots/train/dexml_bow"
+    assert (live / "plots/metrics/train/loss.tsv").read_text().split("\n")[0].split("\t") == ["step", "loss"]
+    assert {"P@1", "P@5", "PSP@5", "R@100"} <= set(json.loads((live / "metrics.json").read_text())["val"])
+    # `dvc metrics show` lists the training record next to the methods' test metrics
+    shown = run(["dvc", "metrics", "show", "--json"], repo).stdout
+    assert "plots/train/dexml_bow/metrics.json" in shown and "metrics/dexml_bow.json" in shown
     assert stages_run(run(["dvc", "repro", "report"], repo).stdout) == []
     packaged = ["minilm_zeroshot", "st_mnrl", "dexml", "dexml_bow"]
     assert {f"package@{m}" for m in packaged} <= set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))

@@ -264,3 +264,46 @@ def test_cased_names_match_only_their_spelling_and_short_ones_not_first():
     assert 1 not in cased.match("He sat down .")    # "sat" is not "Sat"
     assert 0 in cased.match("Balloons filled with He rise .")
     assert 3 in cased.match("Paris in spring") and 3 not in cased.match("the paris of the world")
+
+
+def test_label_text_views_split_names_from_descriptions_and_leave_titles_whole():
+    from xmc.lexical.names import label_text_view
+
+    assert label_text_view(WORDNET_STYLE[0], "names") == "breathe, take a breath, respire (v)"
+    assert label_text_view(WORDNET_STYLE[0], "description") == "draw air into, and expel out of, the lungs"
+    assert label_text_view(WORDNET_STYLE[0], "full") == WORDNET_STYLE[0]
+    # a title has no description: every view reads it whole
+    assert {label_text_view("Harry Potter and the Goblet of Fire", v) for v in ("full", "names", "description")} \
+        == {"Harry Potter and the Goblet of Fire"}
+    with pytest.raises(Exception, match="label_text"):
+        label_text_view(WORDNET_STYLE[0], "gloss")
+
+
+def test_encoder_label_view_changes_only_the_label_side_and_is_saved(tmp_path):
+    from xmc.encoders import build_encoder, load_encoder
+
+    enc = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 1024, "label_text": "names"})
+    full = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 1024})
+    text = WORDNET_STYLE[1]
+    names_only = full.encode(["bank (n)"], "label")
+    assert np.allclose(enc.encode([text], "label"), names_only)                    # the label side reads the names
+    assert np.allclose(enc.encode([text], "query"), full.encode([text], "query"))  # queries are read whole
+    assert not np.allclose(full.encode([text], "label"), names_only)
+    enc.save(tmp_path / "enc")
+    assert load_encoder(tmp_path / "enc").label_text == "names"
+
+
+def test_name_match_negatives_are_the_named_labels_minus_the_positives():
+    from xmc.negatives import build_sampler
+
+    texts = ["we sat on the bank of the river", "she took a breath"]
+    Y = sp.csr_matrix(np.array([[0, 1, 0, 0, 0, 0, 0, 0, 1], [1, 0, 0, 0, 0, 0, 0, 0, 0]], np.float32))
+    cfg = {"kind": "in_batch", "max_positives_per_query": 0, "name_match_per_query": 5, "name_match_shortlist": 5}
+    sampler = build_sampler(Y, cfg, texts, WORDNET_STYLE, {"mode": "auto", "max_words": 4, "cased_names": True})
+    named = [set(r[r >= 0].tolist()) for r in sampler.name_shortlist]
+    assert named[0] == {2, 3}          # the other "bank" senses, not the tagged bank (1) or river (8)
+    assert 0 not in named[1] and 7 in named[1]   # "took" names take (7); the tagged breathe (0) is no negative
+    batch = sampler.make_batch(np.array([0, 1]), np.random.default_rng(0))
+    assert {2, 3, 7} <= set(batch.label_ids.tolist())
+    with pytest.raises(Exception, match="name_match_per_query"):
+        build_sampler(Y, cfg)

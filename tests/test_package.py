@@ -155,3 +155,15 @@ def test_registry_names_need_a_repository(tmp_path, monkeypatch):
         xmc.load("astra#prod")
     with pytest.raises(ConfigError, match="not a package folder nor a registry name"):
         xmc.load("Astra!!")
+
+
+def test_every_package_carries_a_model_card_that_matches_its_manifest(packages):
+    """The card (README.md) is written from the manifest and is one of the checksummed files."""
+    for name, path in packages.items():
+        card = (path / "README.md").read_text()
+        manifest = json.loads((path / "manifest.json").read_text())
+        assert "README.md" in manifest["files"], name
+        assert card.startswith(f"# {name}\n") and f"{manifest['labels']['count']:,} labels" in card
+        assert "| validation (? instances) | 50.0 | – | 30.0 | – | 20.0 |" in card, name
+        assert "| test (? instances) | 49.0 |" in card and f"xmc predict {name} " in card
+        xmc.load(str(path), verify=True)   # every file, the card included, matches its SHA-256

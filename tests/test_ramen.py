@@ -22,6 +22,7 @@ from xmc.methods.ramen import GraphAnchorSampler, RamenObjective, TripletLoss, a
 from xmc.models import DualEncoderModel
 from xmc.negatives import InBatchNegatives
 from xmc.train import Trainer, TrainConfig
+from xmc.train.live import TrainingLog
 from xmc.train.checkpoint import load_checkpoint
 
 
@@ -247,7 +248,8 @@ def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
                                  prune=True, threshold=0.0, warmup_epochs=1, every_epochs=2)
     obj = RamenObjective(DecoupledSoftmaxLoss(0.05), sets)
     cfg = TrainConfig(epochs=4, batch_size=16, lr=0.05, warmup_ratio=0.0)
-    tr = Trainer(model, sampler, obj, cfg, texts, tmp_path / "w")
+    live = TrainingLog(tmp_path / "plots")
+    tr = Trainer(model, sampler, obj, cfg, texts, tmp_path / "w", live=live)
     tr.fit()
     assert sampler.pruned_at == [1, 3]
     for (name, side), E in sampler.active.items():
@@ -255,8 +257,8 @@ def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
     hist = tr.history["loss"]
     assert {"task", "R_q_words", "R_l_words"} <= set(hist[-1])
     assert np.mean([h["loss"] for h in hist[-3:]]) < np.mean([h["loss"] for h in hist[:3]])
-    tr.write_curves(tmp_path / "plots")
-    assert "R_l_words" in (tmp_path / "plots" / "loss.csv").read_text().splitlines()[0]
+    live.close()
+    assert (tmp_path / "plots" / "plots" / "metrics" / "train" / "R_l_words.tsv").is_file()
     # pruned graphs are part of the checkpoint: a resumed sampler gets them back. A finished run drops its
     # checkpoint (completed.json replaces it), so write one of the final state explicitly.
     assert not (tmp_path / "w" / "checkpoint.pt").exists() and (tmp_path / "w" / "completed.json").exists()

@@ -128,7 +128,13 @@ def test_evaluate_test_split_applies_filter_and_writes_plots(eval_repo):
     c = InstanceContributions.load(repo / "evaluation/tst/m.npz")
     assert c.values()["P@1"] == pytest.approx(exp["metrics"]["P@1"], abs=1e-9)
     at_k = json.loads((repo / "plots/eval/m/at_k.json").read_text())
-    assert [r["k"] for r in at_k] == [1, 3, 5] and at_k[0]["precision"] == m["P@1"]
+    # P@k and R@k at every k up to the prediction depth, agreeing with the metrics at their ks
+    assert [r["k"] for r in at_k] == list(range(1, len(at_k) + 1)) and len(at_k) >= 10
+    for k in (1, 3, 5):
+        assert at_k[k - 1]["precision"] == pytest.approx(m[f"P@{k}"], abs=1e-3), k
+    for k in (4, 10):
+        assert at_k[k - 1]["recall"] == pytest.approx(m[f"R@{k}"], abs=1e-3), k
+    assert all(a["recall"] <= b["recall"] for a, b in zip(at_k, at_k[1:]))
     rbf = json.loads((repo / "plots/eval/m/recall_by_frequency.json").read_text())
     assert [r["test_pairs"] for r in rbf] == [b["test_pairs"] for b in exp["recall_by_frequency"]]
     assert not (repo / "metrics_val").exists() and not (repo / "evaluation/val").exists()
@@ -183,7 +189,7 @@ def report_repo(tmp_path):
     write_params(repo, methods=["good", "bad"], ablations=["abl"],
                  report={"seeds": {"good": ["good_seed1", "good_seed2", "good_seed3"], "absent": ["x"]},
                          "paired": [["good", "bad"], ["good", "missing"]], "paired_ablations": [["abl", "bad"], ["good", "abl"]],
-                         "alpha": 0.05})
+                         "ablation_controls": {"abl": "good", "not_run": "good"}, "alpha": 0.05})
     n = 1500
     bad = np.zeros(n)
     bad[:450] = 1  # 30 %
@@ -210,8 +216,9 @@ def test_report_intervals_and_paired(report_repo):
     p = run_stage(repo, "stages.report")
     assert p.returncode == 0, p.stderr
     md = (repo / "reports/comparison.md").read_text()
-    assert "| good | 40.0 [37.5, 42.5] | 30.0 | 25.0 |" in md
-    assert "| bad | 30.0 [27.7, 32.3] |" in md
+    # kind of row, value [interval], the best of each column in bold
+    assert "| good | method | **40.0** [37.5, 42.5] | **30.0** | **25.0** |" in md
+    assert "| bad | method | 30.0 [27.7, 32.3] |" in md
     assert "95 % percentile bootstrap intervals over the 1500 test instances (B = 300 resamples, seed 0)" in md
     assert "Seed variation" not in md  # the extra seeds are outside make run: reports/seeds.md (make seeds)
     paired = json.loads((repo / "reports/paired.json").read_text())
@@ -223,18 +230,24 @@ def test_report_intervals_and_paired(report_repo):
     assert "| good | bad | P@1 | 40.0 | 30.0 | +10.00 [" in md and "| good better |" in md
     assert "not compared: good vs missing: no test contributions for missing (evaluation/tst/<run>.npz)" in md
     html = (repo / "reports/comparison.html").read_text()
-    for s in ("[37.5, 42.5]", "Paired comparisons", "good better",
-              "percentile bootstrap", "figures/precision_at_k.png"):
+    for s in ("[37.5, 42.5]", "Paired comparisons", "good better", "class='best'",
+              "percentile bootstrap", "figures/precision_at_k.png", "href='plots.html'"):
         assert s in html, s
     assert "http" not in html.replace("<!doctype html>", "") and "<script" not in html and "<link" not in html
     assert (repo / "reports/figures/precision_at_k.png").stat().st_size > 0
+    # the offline figures page: static images only, every figure it names exists
+    plots = (repo / "reports/plots.html").read_text()
+    assert "<script" not in plots and "http" not in plots.replace("<!doctype html>", "")
+    import re
+    shown = re.findall(r"<img src='([^']+)'", plots)
+    assert "figures/recall_at_k.png" in shown and all((repo / "reports" / f).stat().st_size > 0 for f in shown)
 
 
 def test_report_ablations_adds_paired_ablation_rows(report_repo):
     repo = report_repo
     assert run_stage(repo, "stages.report", "--ablations").returncode == 0
     md = (repo / "reports/ablations.md").read_text()
-    assert "| abl | 30.2 [27.9, 32.5] |" in md and "| good | 40.0 [37.5, 42.5] |" in md
+    assert "| abl | method | 30.2 [27.9, 32.5] |" in md and "| good | method | **40.0** [37.5, 42.5] |" in md
     rows = json.loads((repo / "reports/paired_ablations.json").read_text())
     abl = [r for r in rows if r["a"] == "abl" and r["metric"] == "P@1"][0]
     assert abl["diff"] == 0.2 and abl["p_value"] >= 0.05 and abl["verdict"] == "tie" and abl["better"] is None
@@ -244,6 +257,11 @@ def test_report_ablations_adds_paired_ablation_rows(report_repo):
     assert [r["metric"] for r in cross] == METRICS4 and cross[0]["diff"] == pytest.approx(9.8)
     assert [(r["a"], r["b"]) for r in rows[:4]] == [("good", "bad")] * 4  # report.paired first
     assert "Seed variation" not in md
+    # each ablation as its difference to its control, with intervals (an ablation not in the list is skipped)
+    assert "### Ablations: difference to their control" in md and "not_run" not in md
+    line = next(x for x in md.splitlines() if x.startswith("| abl | good | "))
+    assert line.startswith("| abl | good | -9.80 [") and line.endswith("| good better |")
+    assert "Ablations: difference to their control" in (repo / "reports/ablations.html").read_text()
 
 
 def test_seed_report_reads_base_and_extra_seed_metrics(report_repo):
@@ -253,7 +271,7 @@ def test_seed_report_reads_base_and_extra_seed_metrics(report_repo):
     md = (repo / "reports/seeds.md").read_text()
     # the base run's own row with its interval, then P@1 40, 42, 44 -> 42.0 +- 2.0; P@5 25, 26, 27 -> 26.0 +- 1.0;
     # good_seed3 has no metrics file; "absent" has no base metrics: no row
-    assert "| good | 40.0 [37.5, 42.5] |" in md and "| bad |" not in md
+    assert "| good | method | **40.0** [37.5, 42.5] |" in md and "| bad |" not in md
     assert "| good | 3 | 42.0 ± 2.0 | 26.0 ± 1.0 | 31.0 ± 0.0 | 65.0 ± 0.0 |" in md
     assert "good: 3 of 4 runs found" in md and "| absent |" not in md
     html = (repo / "reports/seeds.html").read_text()
@@ -369,3 +387,24 @@ def test_selection_stage_uses_validation_only(tmp_path):
     assert "Note: DEXML code samples uniformly" in md
     html = (repo / "reports/selection.html").read_text()
     assert "MACLR is zero-shot" in html and "class='chosen'" in html and "not run" in html
+
+
+def test_live_page_renders_a_training_record_while_it_grows(tmp_path):
+    """The offline live view: a record DVCLive is still writing renders to a self-reloading page."""
+    from xmc.report.live import render_live_page
+    from xmc.train.live import TrainingLog
+
+    run = tmp_path / "plots" / "train" / "r"
+    live = TrainingLog(run, sync_every_s=0)
+    live.start()
+    for step in range(1, 21):
+        live.log(step, {"train/loss": 3.0 / step, "train/lr": 0.01})
+    live.log_validation(20, {"P@1": 50.0, "P@5": 30.0, "PSP@5": 10.0, "R@100": 60.0, "nDCG@5": 1.0}, epoch=1)
+    page = render_live_page([run], tmp_path / "out" / "live.html").read_text()
+    assert "http-equiv='refresh'" in page and "<script" not in page and "live_r.png" in page
+    assert (tmp_path / "out" / "live_r.png").stat().st_size > 0
+    summary = json.loads((run / "metrics.json").read_text())
+    assert summary["step"] == 20 and summary["val"]["P@5"] == 30.0 and "nDCG@5" not in summary["val"]
+    live.log(21, {"train/loss": 0.1})     # the run goes on: the page follows
+    live.close()
+    assert json.loads((run / "metrics.json").read_text())["train"]["loss"] == 0.1

@@ -16,6 +16,7 @@ from xmc.models import DualEncoderModel
 from xmc.negatives import AllLabels, HardNegativeShortlist, InBatchNegatives
 from xmc.negatives.samplers import mine_shortlist
 from xmc.train import Trainer, TrainConfig
+from xmc.train.live import TrainingLog
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 
@@ -271,8 +272,10 @@ def test_trainer_runs_a_custom_objective_with_sgd_group_and_cosine_schedule(tmp_
     before = model.table.weight.detach().clone()
     cfg = TrainConfig(epochs=2, batch_size=8, lr=0.05, group_optimizer={"classifier": "sgd"},
                       group_lr={"classifier": 0.5}, schedule="cosine", warmup_ratio=0.0)
-    tr = Trainer(model, InBatchNegatives(Y), TableObjective(), cfg, texts, tmp_path)
+    live = TrainingLog(tmp_path / "plots")
+    tr = Trainer(model, InBatchNegatives(Y), TableObjective(), cfg, texts, tmp_path, live=live)
     tr.fit()
+    live.close()
     assert any(isinstance(o, torch.optim.SGD) for o in tr.optimizers)
     touched = np.unique(Y.indices)  # in-batch pools only ever hold true labels of some query
     untouched = np.setdiff1d(np.arange(len(labels)), touched)
@@ -280,8 +283,12 @@ def test_trainer_runs_a_custom_objective_with_sgd_group_and_cosine_schedule(tmp_
     assert len(untouched) and moved[touched].all() and not moved[untouched].any()
     assert all("bce" in row for row in tr.history["loss"])
     assert tr.schedulers[0].get_last_lr()[0] < 1e-3 * 0.05
-    tr.write_curves(tmp_path / "plots")
-    assert "bce" in (tmp_path / "plots" / "loss.csv").read_text().splitlines()[0]
+    # the live record (DVCLive): one history row per step for the loss, its parts and the learning rate
+    hist = (tmp_path / "plots" / "plots" / "metrics" / "train" / "bce.tsv").read_text().splitlines()
+    assert hist[0].split("\t")[-1] == "bce" and len(hist) == 1 + tr.global_step
+    summary = json.loads((tmp_path / "plots" / "metrics.json").read_text())
+    assert summary["step"] == tr.global_step and summary["train"]["lr"] < 1e-3 * 0.05
+    assert summary["train"]["sentences_per_s"] > 0
 
 
 def test_per_epoch_monitoring_scores_the_validation_split_never_test():

@@ -80,14 +80,10 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 
 
 def setup_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format='{"time": "%(asctime)s", "level": "%(levelname)s", "logger": "%(name)s", "message": "%(message)s"}',
-        stream=sys.stderr,
-    )
-    # third-party chatter that says nothing to a person reading a stage's log
-    for name in ("great_expectations._docs_decorators", "faiss.loader", "httpx"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    """The stages' logging (:func:`xmc.logs.setup_logging`): readable lines, or JSON lines with XMC_LOG_FORMAT=json."""
+    from xmc.logs import setup_logging as _setup
+
+    _setup(level)
 
 
 # Exit codes a scheduler can act on: an input error is deterministic (a retry gives the same error),

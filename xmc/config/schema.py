@@ -177,6 +177,9 @@ class EncoderConfig(Section):
     # both
     tied: bool = True
     dropout: DropoutP = 0.0
+    # which part of a label text the label side reads: full | names (the name list with its tag, where the
+    # dataset's label texts have the "names (tag): description" shape) | description
+    label_text: Literal["full", "names", "description"] = "full"
 
 
 LOSS_KEYS = {"decoupled_softmax": {"temperature"}, "softmax": {"temperature"}, "bce": {"temperature", "bias"},
@@ -217,6 +220,10 @@ class NegativesConfig(Section):
     refresh_every_steps: NonNegInt = 0   # also refresh every this many steps (0 = only per epoch)
     start_epoch: NonNegInt = 0
     index_kind: IndexKind = "exact"
+    # also this many negatives per query from the labels whose names occur in it (xmc.lexical under the
+    # label_names settings; positives removed; fixed for the run): the confusable senses a name match proposes
+    name_match_per_query: NonNegInt = 0
+    name_match_shortlist: Annotated[int, Field(gt=0, le=10_000)] = 20
 
     @model_validator(mode="after")
     def _shortlist(self) -> NegativesConfig:
@@ -573,6 +580,8 @@ class ReportConfig(Section):
     seeds: dict[str, list[str]] = {}
     paired: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = []
     paired_ablations: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = []
+    ablation_controls: dict[str, str] = {}        # ablation run -> the run it is compared with (paired deltas)
+    training_families: dict[str, list[str]] = {}  # figure title -> runs whose training curves share a figure
 
 
 class SelectionChoice(Section):

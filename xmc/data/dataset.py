@@ -107,8 +107,26 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
             fh.write("\n")
 
 
-def save_processed(ds: XMCDataset, out_dir: str | Path) -> dict[str, Any]:
-    """Write ``ds`` atomically to ``out_dir``; returns the metadata written."""
+# label-side files of a dataset that some methods read beyond the label texts (RAMEN's label graph: the
+# dataset's hypernym edges and its label records with their WordNet ids), kept in <processed>/label_side/
+LABEL_SIDE_FILES = ("label_graph.tsv", "lbl.jsonl")
+
+
+def label_side_files(dataset_dir: str | Path) -> dict[str, Path]:
+    """The dataset's label-side files to keep: present only where the dataset ships a label graph."""
+    d = Path(dataset_dir)
+    if not (d / "label_graph.tsv").is_file():
+        return {}
+    return {name: d / name for name in LABEL_SIDE_FILES if (d / name).is_file()}
+
+
+def save_processed(ds: XMCDataset, out_dir: str | Path, side_files: dict[str, Path] | None = None) -> dict[str, Any]:
+    """Write ``ds`` atomically to ``out_dir``; returns the metadata written.
+
+    ``side_files`` (name -> source path) are copied into ``out_dir/label_side/``, which always exists (with a
+    ``manifest.json`` of what it holds), so a stage can depend on it whatever the dataset ships."""
+    import shutil
+
     out_dir = Path(out_dir)
     if ds.val is None:
         raise ValueError("a processed dataset needs a validation split (see split_validation)")
@@ -124,6 +142,11 @@ def save_processed(ds: XMCDataset, out_dir: str | Path) -> dict[str, Any]:
         _write_jsonl(tmp / "lbl.jsonl", [{"uid": u, "text": t} for u, t in zip(ds.label_uids, ds.label_texts)])
         if ds.tst_filter is not None:
             save_csr(tmp / "tst_filter.npz", ds.tst_filter.tocsr().astype(np.float32))
+        side = tmp / "label_side"
+        side.mkdir()
+        for name, src in sorted((side_files or {}).items()):
+            shutil.copyfile(src, side / name)
+        (side / "manifest.json").write_text(json.dumps({"files": sorted(side_files or {})}, indent=2) + "\n")
         meta = dict(ds.meta)
         meta["counts"] = ds.counts()
         meta["sha256"] = {part: sha256_files([tmp / f for f in files]) for part, files in SPLIT_FILES.items()}

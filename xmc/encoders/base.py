@@ -25,6 +25,28 @@ class TextEncoder(nn.Module):
 
     kind: str = ""
     dim: int
+    #: which part of a label text the label side reads (:data:`xmc.lexical.names.LABEL_TEXT_VIEWS`)
+    label_text: str = "full"
+
+    def side_texts(self, texts: list[str], side: str) -> list[str]:
+        """``texts`` as the ``side`` reads them: label texts cut to :attr:`label_text`, queries as given."""
+        if side != "label" or self.label_text == "full":
+            return texts
+        from xmc.lexical.names import label_text_view
+
+        return [label_text_view(t, self.label_text) for t in texts]
+
+    def set_label_text(self, view: str) -> TextEncoder:
+        from xmc.lexical.names import LABEL_TEXT_VIEWS
+
+        if view not in LABEL_TEXT_VIEWS:
+            raise ConfigError(f"encoder.label_text must be one of {', '.join(LABEL_TEXT_VIEWS)} (got {view!r})")
+        self.label_text = view
+        return self
+
+    def description(self) -> dict[str, Any]:
+        """What every saved encoder records next to its kind's own settings."""
+        return {"label_text": self.label_text}
 
     def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -59,7 +81,7 @@ def build_encoder(cfg: dict[str, Any] | None) -> TextEncoder:
 
     cfg = filled(EncoderConfig, cfg, "encoder")
     if cfg["kind"] == "transformer":
-        return TransformerEncoder(
+        enc: TextEncoder = TransformerEncoder(
             model_dir=cfg["model_dir"],
             pooling=cfg["pooling"],
             max_len_query=cfg["max_len_query"],
@@ -67,15 +89,19 @@ def build_encoder(cfg: dict[str, Any] | None) -> TextEncoder:
             tied=cfg["tied"],
             dropout=cfg["dropout"],
             freeze_embeddings=cfg["freeze_embeddings"],
+            label_text=cfg["label_text"],
         )
-    return HashedBagOfWordsEncoder(   # kind is "transformer" or "bow" (the schema refuses any other)
+        return enc
+    enc = HashedBagOfWordsEncoder(   # kind is "transformer" or "bow" (the schema refuses any other)
         dim=cfg["dim"],
         n_buckets=cfg["n_buckets"],
         ngram_max=cfg["ngram_max"],
         tied=cfg["tied"],
         dropout=cfg["dropout"],
         seed=cfg["seed"],
+        label_text=cfg["label_text"],
     )
+    return enc
 
 
 def load_encoder(path: str | Path) -> TextEncoder:
@@ -93,4 +119,9 @@ def load_encoder(path: str | Path) -> TextEncoder:
     kind = cfg.get("kind") if isinstance(cfg, dict) else None
     if kind not in ("transformer", "bow"):
         raise ConfigError(f"{cfg_path}: unknown encoder kind {kind!r} (expected transformer or bow)")
-    return {"transformer": TransformerEncoder, "bow": HashedBagOfWordsEncoder}[kind].load(path)
+    enc = {"transformer": TransformerEncoder, "bow": HashedBagOfWordsEncoder}[kind].load(path)
+    view = cfg["label_text"] if "label_text" in cfg else "full"   # folders saved before the knob: the full text
+    try:
+        return enc.set_label_text(view)
+    except ConfigError:
+        raise ConfigError(f"{cfg_path}: label_text must be one of full, names, description (got {view!r})") from None

@@ -41,8 +41,9 @@ class HashedBagOfWordsEncoder(TextEncoder):
     kind = "bow"
 
     def __init__(self, dim: int = 256, n_buckets: int = 1 << 18, ngram_max: int = 2, tied: bool = True,
-                 dropout: float = 0.0, seed: int = 0) -> None:
+                 dropout: float = 0.0, seed: int = 0, label_text: str = "full") -> None:
         super().__init__()
+        self.set_label_text(label_text)
         self.dim, self.n_buckets, self.ngram_max, self.tied = dim, n_buckets, ngram_max, tied
         g = torch.Generator().manual_seed(seed)
         self.query_bag = nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True)  # only touched rows get gradients
@@ -66,7 +67,7 @@ class HashedBagOfWordsEncoder(TextEncoder):
     def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:
         if side not in SIDES:
             raise ValueError(f"side must be one of {SIDES}")
-        ids = [self._ids(t) for t in texts]
+        ids = [self._ids(t) for t in self.side_texts(texts, side)]
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         flat = np.concatenate(ids)
         offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]])).to(self.device)
@@ -90,7 +91,8 @@ class HashedBagOfWordsEncoder(TextEncoder):
         path.mkdir(parents=True, exist_ok=True)
         torch.save({k: v for k, v in self.state_dict().items()}, path / "bow_encoder.pt")
         (path / "xmc_encoder.json").write_text(json.dumps({
-            "kind": self.kind, "dim": self.dim, "n_buckets": self.n_buckets, "ngram_max": self.ngram_max, "tied": self.tied}, indent=2))
+            "kind": self.kind, "dim": self.dim, "n_buckets": self.n_buckets, "ngram_max": self.ngram_max, "tied": self.tied,
+            **self.description()}, indent=2))
 
     @classmethod
     def load(cls, path: str | Path) -> HashedBagOfWordsEncoder:

@@ -46,8 +46,9 @@ class TransformerEncoder(TextEncoder):
 
     def __init__(self, model_dir: str | None = None, pooling: str = "mean", max_len_query: int = 32,
                  max_len_label: int = 32, tied: bool = True, dropout: float = 0.0, freeze_embeddings: bool = False,
-                 _label_dir: str | None = None) -> None:
+                 _label_dir: str | None = None, label_text: str = "full") -> None:
         super().__init__()
+        self.set_label_text(label_text)
         model_dir = model_dir or default_model_dir()
         _check_model_dir(Path(model_dir))
         if pooling not in ("mean", "cls"):
@@ -78,7 +79,7 @@ class TransformerEncoder(TextEncoder):
         if side not in SIDES:
             raise ValueError(f"side must be one of {SIDES}")
         model = self.query_model if side == "query" else self.label_model
-        tok = {k: v.to(self.device) for k, v in self.tokenize(texts, side).items()}
+        tok = {k: v.to(self.device) for k, v in self.tokenize(self.side_texts(texts, side), side).items()}
         hidden = model(**tok).last_hidden_state
         if self.pooling == "cls":
             pooled = hidden[:, 0]
@@ -104,7 +105,8 @@ class TransformerEncoder(TextEncoder):
             self._to_sentence_transformer(self.label_model).save(str(path / "label_encoder"))
         (path / "xmc_encoder.json").write_text(json.dumps({
             "kind": self.kind, "pooling": self.pooling, "max_len_query": self.max_len["query"],
-            "max_len_label": self.max_len["label"], "tied": self.tied, "dim": self.dim}, indent=2))
+            "max_len_label": self.max_len["label"], "tied": self.tied, "dim": self.dim,
+            **self.description()}, indent=2))
 
     @classmethod
     def load(cls, path: str | Path) -> TransformerEncoder:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from xmc.logs import kv
 
 log = logging.getLogger(__name__)
 SUFFIX = "_hybrid"
@@ -114,5 +115,5 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_sho
                "zero_shot": zero_shot, **({"chosen_on_validation": chosen} if chosen else {})}
     write_json(root / "predictions" / out_name / "timing.json", summary)
     log.info("fused %s with label names: %.1f candidates per text, weights %s", name, summary["candidates_per_text"],
-             dict(zip(ranker.weights.features, np.round(ranker.weights.weights, 3).tolist())))
+             kv(dict(zip(ranker.weights.features, ranker.weights.weights.tolist())), 3))
     return summary

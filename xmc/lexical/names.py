@@ -20,6 +20,8 @@ from xmc.errors import ConfigError
 
 PREFIX = re.compile(r"^(?P<names>[^:()]{1,400}?) \((?P<tag>[a-z])\): ")
 MODES = ("auto", "prefix", "text")
+# what part of a label text an encoder reads: all of it, the names (with the tag), or the description
+LABEL_TEXT_VIEWS = ("full", "names", "description")
 
 
 def normalise_name(name: str) -> str:
@@ -66,3 +68,21 @@ def parse_label_names(label_texts: Sequence[str], mode: str = "auto") -> LabelNa
             tags.append(None)
             cased.append({})
     return LabelNames(names, tags, mode, cased)
+
+
+def label_text_view(text: str, view: str) -> str:
+    """The part of one label text an encoder reads under ``view`` (:data:`LABEL_TEXT_VIEWS`).
+
+    ``names``: ``"breathe, take a breath (v)"`` of ``"breathe, take a breath (v): draw air into ..."``;
+    ``description``: ``"draw air into ..."``. A text without the ``names (tag): description`` shape (a title)
+    is all name and its own description, so every view returns it whole.
+    """
+    if view == "full":
+        return text
+    if view not in LABEL_TEXT_VIEWS:
+        raise ConfigError(f"encoder.label_text must be one of {', '.join(LABEL_TEXT_VIEWS)} (got {view!r})")
+    m = PREFIX.match(text)
+    if m is None:
+        return text
+    part = text[: m.end()].rstrip(": ") if view == "names" else text[m.end():].strip()
+    return part or text

@@ -28,6 +28,7 @@ from xmc.models import DualEncoderModel
 from xmc.negatives import build_sampler
 from xmc.negatives.base import CandidateBatch, NegativeSampler
 from xmc.train import Trainer, TrainConfig
+from xmc.train.live import TrainingLog
 from xmc.train.objective import Objective
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ class MACLRObjective(Objective):
 
 
 def train_stage1(encoder: TextEncoder, pairs: PseudoPairs, cfg: dict[str, Any], work_dir: Path,
-                 encode_batch_size: int = 256) -> dict[str, Any]:
+                 encode_batch_size: int = 256, live: TrainingLog | None = None) -> dict[str, Any]:
     """Stage I in place on ``encoder``; returns a summary (timings, clustering trace). ``cfg``: a maclr
     ``stage1`` section (partial: the schema's defaults fill the rest)."""
     cfg = filled(MaclrStage1, cfg, "stage1")
@@ -177,7 +178,8 @@ def train_stage1(encoder: TextEncoder, pairs: PseudoPairs, cfg: dict[str, Any], 
     model = DualEncoderModel(encoder, pairs.label_texts)
     objective = MACLRObjective(cfg["temperature"], cfg["label_weight"])
     trainer = Trainer(model, sampler, objective, tcfg, sampler.contexts, work_dir,
-                      fingerprint_extra={"maclr_stage1": cfg, "pairs": pairs.meta.get("counts")})
+                      fingerprint_extra={"maclr_stage1": cfg, "pairs": pairs.meta.get("counts")}, live=live,
+                      live_prefix="stage1")
     sampler.steps_per_epoch = trainer.steps_per_epoch
     t0 = time.perf_counter()
     trainer.fit()
@@ -188,13 +190,15 @@ def train_stage1(encoder: TextEncoder, pairs: PseudoPairs, cfg: dict[str, Any], 
 
 # ---- Stage II and few-shot: plain dual-encoder runs --------------------------------------------
 def train_pairs(encoder: TextEncoder, texts: list[str], label_texts: list[str], Y: sp.csr_matrix,
-                cfg: dict[str, Any], work_dir: Path, fingerprint: dict[str, Any]) -> tuple[Trainer, float]:
+                cfg: dict[str, Any], work_dir: Path, fingerprint: dict[str, Any], live: TrainingLog | None = None,
+                live_prefix: str = "") -> tuple[Trainer, float]:
     """DecoupledSoftmax dual encoder on the pairs of ``Y`` (in-batch negatives), in place on ``encoder``."""
     model = DualEncoderModel(encoder, label_texts)
     sampler = build_sampler(Y, cfg["negatives"])
     loss = build_loss(cfg["loss"]["name"], **{k: v for k, v in cfg["loss"].items() if k != "name"})
     trainer = Trainer(model, sampler, loss, TrainConfig.from_params(cfg["train"]), texts, work_dir,
-                      fingerprint_extra={**fingerprint, "nnz": int(Y.nnz), "negatives": cfg["negatives"], "loss": cfg["loss"]})
+                      fingerprint_extra={**fingerprint, "nnz": int(Y.nnz), "negatives": cfg["negatives"], "loss": cfg["loss"]},
+                      live=live, live_prefix=live_prefix)
     t0 = time.perf_counter()
     trainer.fit()
     return trainer, time.perf_counter() - t0

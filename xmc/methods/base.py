@@ -48,7 +48,8 @@ class RunContext:
     run: RunSpec
     model_dir: Path          # the (temporary) folder the trained model is written to
     work_dir: Path           # resumable checkpoints (checkpoints/<run>/)
-    plots_dir: Path          # training curves (plots/train/<run>/)
+    plots_dir: Path          # the live training record (plots/train/<run>/, DVCLive)
+    live: Any = None         # its :class:`~xmc.train.live.TrainingLog`, shared by the run's trainers
 
     @property
     def config(self) -> dict[str, Any]:
@@ -114,12 +115,11 @@ class TrainerMethod(Method):
         evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], ctx.params["evaluate"])
         trainer = Trainer(parts.model, parts.sampler, parts.objective, TrainConfig.from_params(cfg["train"]),
                           ds.trn.texts, ctx.work_dir, evaluator=evaluator, eval_every_epochs=every,
-                          fingerprint_extra=parts.fingerprint)
+                          fingerprint_extra=parts.fingerprint, live=ctx.live)
         t0 = time.perf_counter()
         result = trainer.fit()
         extra = parts.after_fit(result["history"])
         wall = time.perf_counter() - t0
-        trainer.write_curves(ctx.plots_dir)
         parts.save(ctx.model_dir)
         hist = result["history"]
         return {
@@ -160,10 +160,21 @@ def train_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict
     set_threads()
     data = load_processed(root / params["data"]["processed_dir"], splits=method.train_splits) \
         if method.train_splits else None
+    from xmc.train.live import TrainingLog
+
+    live = TrainingLog(root / "plots" / "train" / name)
     with atomic_dir(root / "models" / name) as tmp:
-        ctx = RunContext(params, run, tmp, root / "checkpoints" / name, root / "plots" / "train" / name)
-        summary = {"run": name, "method": run.method, **method.train(ctx, data)}
+        ctx = RunContext(params, run, tmp, root / "checkpoints" / name, root / "plots" / "train" / name, live)
+        try:
+            summary = {"run": name, "method": run.method, **method.train(ctx, data)}
+        finally:
+            live.close()
         (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
+        if (tmp / "README.md").is_file():   # a sentence-transformers folder: its generic card gives way to ours
+            from xmc.package.card import encoder_card
+
+            (tmp / "README.md").write_text(encoder_card(name, run.method, run.config, summary,
+                                                        params["data"]["dataset_dir"]), encoding="utf-8")
     log.info("trained %s (%s) in %.1f s", name, run.method, summary.get("train_seconds", 0.0))
     return summary
 

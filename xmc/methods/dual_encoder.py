@@ -26,7 +26,7 @@ class DEXMLMethod(TrainerMethod):
         cfg = ctx.config
         encoder = build_encoder(cfg["encoder"])
         model = DualEncoderModel(encoder, ds.label_texts)
-        sampler = build_sampler(ds.trn.Y, cfg["negatives"])
+        sampler = build_sampler(ds.trn.Y, cfg["negatives"], ds.trn.texts, ds.label_texts, ctx.params["label_names"])
         loss = build_loss(cfg["loss"]["name"], **{k: v for k, v in cfg["loss"].items() if k != "name"})
         return TrainingParts(model, sampler, loss,
                              fingerprint={k: cfg[k] for k in ("encoder", "loss", "negatives")}

@@ -23,6 +23,7 @@ the saved folder is an ordinary encoder that ``stages.predict`` indexes.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -298,20 +299,25 @@ class RAMENMethod(TrainerMethod):
     name = "ramen"
 
     def build(self, ctx: Any, ds: XMCDataset) -> TrainingParts:
-        from xmc.graph.format import load_graph_dir
+        from xmc.graph.format import discover_sets, load_graph_dir
 
         cfg = ctx.config
         reg, pr = cfg["regulariser"], cfg["pruning"]
-        sets = load_graph_dir(cfg["graph_dir"], len(ds.trn), ds.n_labels) if reg["sets"] else {}
+        graph_dir = Path(cfg["graph_dir"])
+        sets = load_graph_dir(graph_dir, len(ds.trn), ds.n_labels) \
+            if reg["sets"] and not (graph_dir.is_dir() and not discover_sets(graph_dir)) else {}
         missing = [n for n in reg["sets"] if n not in sets]
         if missing:
-            raise ConfigError(f"ramen.regulariser.sets names {missing}, not in the graph directory (have {sorted(sets)})")
+            # a dataset without a label graph or document groups: the graph stage skipped those sets (and said so)
+            log.warning("%s: graph sets %s are not in %s (the dataset lacks their inputs): regularising with %s",
+                        ctx.run.name, ", ".join(missing), cfg["graph_dir"],
+                        ", ".join(n for n in reg["sets"] if n in sets) or "none (a plain dual encoder)")
         if cfg["negatives"]["kind"] == "all":
             raise ConfigError("ramen: negatives.kind 'all' is not supported (R_z needs an explicit label pool)")
-        use_sets = {n: sets[n] for n in reg["sets"]}
+        use_sets = {n: sets[n] for n in reg["sets"] if n in sets}
         encoder = build_encoder(cfg["encoder"])
         model = DualEncoderModel(encoder, ds.label_texts)
-        base = build_sampler(ds.trn.Y, cfg["negatives"])
+        base = build_sampler(ds.trn.Y, cfg["negatives"], ds.trn.texts, ds.label_texts, ctx.params["label_names"])
         sampler = GraphAnchorSampler(
             base, use_sets, ds.n_labels, use_query_graph=reg["query_graph"] and reg["lambda_x"] > 0,
             use_label_graph=reg["label_graph"] and reg["lambda_z"] > 0, label_rows=reg["label_rows"],

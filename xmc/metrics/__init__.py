@@ -104,7 +104,14 @@ def evaluate_topk(
         tot, hit = int(tot_by_label[m].sum()), int(hit_by_label[m].sum())
         buckets.append({"bucket": name, "test_pairs": tot, f"recall@{k_rec}": 100 * hit / tot if tot else None})
     unseen = buckets[0]
+    # P@k and R@k for every k up to the prediction depth (the curves of the report and of `dvc plots`)
+    cum = np.cumsum(hits, axis=1)
+    kk = np.arange(1, hits.shape[1] + 1)
+    n_pos = np.diff(Y.indptr)[has].astype(np.float64)
+    curves = {"k": kk.tolist(),
+              "precision": (100 * (cum / kk).mean(0) if n else np.zeros(len(kk))).round(4).tolist(),
+              "recall": (100 * (cum[has] / n_pos[:, None]).mean(0) if has.any() else np.zeros(len(kk))).round(4).tolist()}
     out["n_test"] = int(n)
     out["n_test_without_labels"] = int((~has).sum())
     out["unseen_test_pairs"] = unseen["test_pairs"]
-    return {"metrics": out, "recall_by_frequency": buckets, "contributions": contrib}
+    return {"metrics": out, "recall_by_frequency": buckets, "contributions": contrib, "curves": curves}

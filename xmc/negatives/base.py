@@ -100,6 +100,20 @@ class NegativeSampler:
         self.max_positives_per_query = max_positives_per_query
         self.unsampled_positives = unsampled_positives
         self.positive_weights = positive_sampling_weights(self.Y, positive_sampling, propensity_a, propensity_b)
+        # name-match negatives (set by :func:`xmc.negatives.samplers.build_sampler`): a fixed per-query shortlist
+        self.name_shortlist: np.ndarray | None = None
+        self.name_per_query = 0
+
+    def name_match_negatives(self, query_idx: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
+        """Up to ``name_per_query`` labels per query drawn from its name-match shortlist (none when unset)."""
+        if self.name_shortlist is None or self.name_per_query <= 0:
+            return []
+        out = []
+        for row in self.name_shortlist[query_idx]:
+            cand = row[row >= 0]
+            if len(cand):
+                out.append(rng.choice(cand, min(self.name_per_query, len(cand)), replace=False))
+        return out
 
     def sample_positives(self, query_idx: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
         return sample_positives_per_query(self.Y, query_idx, self.max_positives_per_query, rng, self.positive_weights)

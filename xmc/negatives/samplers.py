@@ -22,16 +22,26 @@ class InBatchNegatives(NegativeSampler):
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
         sampled = self.sample_positives(query_idx, rng)
-        return pool_batch(self.Y, query_idx, sampled, [], self.unsampled_positives)
+        return pool_batch(self.Y, query_idx, sampled, self.name_match_negatives(query_idx, rng),
+                          self.unsampled_positives)
 
 
 def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, size: int,
                    index_kind: str = "exact") -> np.ndarray:
     """Top-``size`` labels per query by inner product, positives removed; -1 pads (int32, N x size)."""
     Y = Y.tocsr()
-    max_pos = int(np.diff(Y.indptr).max()) if Y.shape[0] else 0
     index = ANNIndex(kind=index_kind).build(label_vecs)
-    _, ids = index.search(query_vecs, min(size + max_pos, label_vecs.shape[0]))
+    _, ids = index.search(query_vecs, min(size + max_positives(Y), label_vecs.shape[0]))
+    return drop_positives(Y, ids, size)
+
+
+def max_positives(Y: sp.csr_matrix) -> int:
+    """The most labels any row has: how far past ``size`` a candidate list must reach to keep ``size`` negatives."""
+    return int(np.diff(Y.indptr).max()) if Y.shape[0] else 0
+
+
+def drop_positives(Y: sp.csr_matrix, ids: np.ndarray, size: int) -> np.ndarray:
+    """Each row's candidate ids without its true labels (and -1 pads), cut to ``size`` (int32, N x size)."""
     out = np.full((len(ids), size), -1, np.int32)
     for i, row in enumerate(ids):
         pos = Y.indices[Y.indptr[i] : Y.indptr[i + 1]]
@@ -97,7 +107,7 @@ class HardNegativeShortlist(InBatchNegatives):
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
         sampled = self.sample_positives(query_idx, rng)
-        extra = []
+        extra = self.name_match_negatives(query_idx, rng)
         if self.shortlist is not None and self.negatives_per_query > 0:
             for row in self.shortlist[query_idx]:
                 cand = row[row >= 0]
@@ -124,9 +134,43 @@ class AllLabels(NegativeSampler):
         return CandidateBatch(query_idx, None, positives_mask(self.Y, query_idx, None))
 
 
-def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any] | None) -> NegativeSampler:
-    """Sampler from a params ``negatives`` section (partial: the schema's defaults fill the rest)."""
+def name_match_shortlist(Y: sp.csr_matrix, query_texts: list[str], label_texts: list[str],
+                         label_names: dict[str, Any], size: int) -> np.ndarray:
+    """Each query's best ``size`` label-name matches (zero-shot ranking of :mod:`xmc.lexical`), positives removed;
+    -1 pads (int32, N x size). These are the senses a reader of the query's words would confuse."""
+    from xmc.lexical import LabelNameMatcher, parse_label_names
+    from xmc.lexical.matcher import zero_shot_name_topk
+
+    Y = Y.tocsr()
+    matcher = LabelNameMatcher(parse_label_names(label_texts, label_names["mode"]), label_names["max_words"],
+                               label_texts, cased_names=label_names["cased_names"])
+    ids, _ = zero_shot_name_topk(matcher, query_texts, size + max_positives(Y))
+    return drop_positives(Y, ids, size)
+
+
+def build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any] | None, query_texts: list[str] | None = None,
+                  label_texts: list[str] | None = None, label_names: dict[str, Any] | None = None) -> NegativeSampler:
+    """Sampler from a params ``negatives`` section (partial: the schema's defaults fill the rest).
+
+    ``query_texts``, ``label_texts`` and the ``label_names`` settings are needed only for name-match negatives
+    (``name_match_per_query`` > 0)."""
     cfg = filled(NegativesConfig, cfg, "negatives")
+    sampler = _build_sampler(Y, cfg)
+    if cfg["name_match_per_query"] > 0 and cfg["kind"] != "all":
+        if query_texts is None or label_texts is None or label_names is None:
+            raise ConfigError("negatives.name_match_per_query needs the query and label texts (this method's "
+                              "sampler does not take name-match negatives; set it to 0)")
+        t0 = time.perf_counter()
+        sampler.name_shortlist = name_match_shortlist(Y, query_texts, label_texts, label_names,
+                                                      cfg["name_match_shortlist"])
+        sampler.name_per_query = cfg["name_match_per_query"]
+        have = int((sampler.name_shortlist[:, 0] >= 0).sum())
+        log.info("name-match negatives: %d of %d queries name a label they are not tagged with (%.1f s)",
+                 have, len(query_texts), time.perf_counter() - t0)
+    return sampler
+
+
+def _build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> NegativeSampler:
     kind, maxp, unsampled = cfg["kind"], cfg["max_positives_per_query"], cfg["unsampled_positives"]
     ps = {k: cfg[k] for k in ("positive_sampling", "propensity_a", "propensity_b")}
     if kind == "in_batch":

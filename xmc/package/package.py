@@ -114,6 +114,7 @@ def _write_package(out_dir: str | Path, fill: Any, *, name: str, method: str, la
     """Labels + the predictor's files (``fill(tmp)`` writes them and returns its manifest section) + manifest,
     written atomically."""
     from xmc.io import atomic_dir
+    from xmc.package.card import CARD, model_card
 
     label_uids, label_texts = list(label_uids), list(label_texts)
     with atomic_dir(out_dir) as tmp:
@@ -127,8 +128,9 @@ def _write_package(out_dir: str | Path, fill: Any, *, name: str, method: str, la
             "labels": {"count": len(label_texts), "sha256": label_set_sha256(label_uids, label_texts), "file": LABELS},
             "dataset": dataset or {}, "params": params or {}, "code": code_version(repo), "metrics": metrics or {},
             "training": training or {},
-            "files": _files_of(tmp),
         }
+        (tmp / CARD).write_text(model_card(manifest), encoding="utf-8")   # the card is one of the files
+        manifest["files"] = _files_of(tmp)
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
                                     encoding="utf-8")
     return manifest

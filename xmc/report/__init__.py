@@ -1,5 +1,7 @@
-"""Comparison table of every evaluated method (Markdown, HTML, PNG plots) and the validation selection report."""
+"""Comparison table of every evaluated method (Markdown, HTML), its figures and plots page (PNG, offline), and the
+validation selection report."""
 
+from xmc.report.figures import render_figures, render_plots_page
 from xmc.report.selection import render_selection_html, render_selection_markdown, select, select_all
 from xmc.report.table import (
     COLUMNS,
@@ -10,10 +12,10 @@ from xmc.report.table import (
     paired_comparisons,
     render_html,
     render_markdown,
-    render_plots,
+    ablation_deltas,
     seed_rows,
 )
 
-__all__ = ["COLUMNS", "PAIRED_METRICS", "SEED_METRICS", "comparison_rows", "interval_note", "paired_comparisons",
-           "render_html", "render_markdown", "render_plots", "render_selection_html", "render_selection_markdown",
-           "seed_rows", "select", "select_all"]
+__all__ = ["COLUMNS", "PAIRED_METRICS", "SEED_METRICS", "ablation_deltas", "comparison_rows", "interval_note",
+           "paired_comparisons", "render_figures", "render_html", "render_markdown", "render_plots_page",
+           "render_selection_html", "render_selection_markdown", "seed_rows", "select", "select_all"]

@@ -23,7 +23,32 @@ PAIRED_METRICS = ["P@1", "P@5", "PSP@5", "R@100"]
 
 _CSS = ("body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse;margin:0.5em 0}"
         "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
-        ".ci{color:#777;font-size:85%}.note{color:#444;max-width:60em}")
+        "td:nth-child(2),th:nth-child(2){text-align:left;color:#555}"
+        ".ci{color:#777;font-size:85%}.note{color:#444;max-width:60em}td.best{background:#e8f4ea;font-weight:bold}"
+        "tr.group td{background:#f4f4f4;font-weight:bold;text-align:left}img{max-width:100%}td{white-space:nowrap}")
+# columns where the largest value is the best (time columns are not marked)
+BEST_COLUMNS = [c for c in COLUMNS if not c.endswith("seconds")]
+# runs that are not one of the five papers' methods: baselines and published peers measured in the same pipeline
+PEERS = {"label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear", "name_match", "name_match_prior",
+         "name_match_uncased", "minilm_zeroshot", "st_mnrl"}
+
+
+def kind_of(method: str) -> str:
+    """How a row came about: ``peer`` (baseline / published peer), ``hybrid`` (a run + label-name candidates), or
+    ``method`` (one of the papers' methods)."""
+    if method.endswith("_hybrid"):
+        return "hybrid"
+    return "peer" if method in PEERS else "method"
+
+
+def best_per_column(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """The best (largest) value of each metric column over the rows (ties: every row holding it is marked)."""
+    out = {}
+    for c in BEST_COLUMNS:
+        vals = [r[c] for r in rows if isinstance(r.get(c), int | float)]
+        if vals:
+            out[c] = max(vals)
+    return out
 
 
 def comparison_rows(metrics_dir: str | Path, methods: list[str]) -> list[dict[str, Any]]:
@@ -118,9 +143,14 @@ def _ci(r: dict[str, Any], col: str) -> list[float] | None:
     return ci if ci is not None and r.get(col) is not None else None
 
 
-def _cell_md(r: dict[str, Any], col: str) -> str:
+def _is_best(r: dict[str, Any], col: str, best: dict[str, float] | None) -> bool:
+    return bool(best) and col in best and r.get(col) == best[col]
+
+
+def _cell_md(r: dict[str, Any], col: str, best: dict[str, float] | None = None) -> str:
     ci = _ci(r, col)
-    return _fmt(r.get(col), col) + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
+    v = _fmt(r.get(col), col)
+    return (f"**{v}**" if _is_best(r, col, best) else v) + (f" [{ci[0]:.1f}, {ci[1]:.1f}]" if ci else "")
 
 
 def _cell_html(r: dict[str, Any], col: str) -> str:
@@ -165,16 +195,19 @@ def _verdict_text(p: dict[str, Any]) -> str:
 
 def render_markdown(rows: list[dict[str, Any]], title: str = "", bootstrap: dict[str, Any] | None = None,
                     seeds: list[dict[str, Any]] | None = None, paired: list[dict[str, Any]] | None = None,
-                    alpha: float = 0.05, skipped: list[str] | None = None) -> str:
+                    alpha: float = 0.05, skipped: list[str] | None = None,
+                    ablation_deltas: list[dict[str, Any]] | None = None) -> str:
     """Markdown report: the methods table (with intervals), then seed variation and paired tests if any."""
-    head = ["method"] + [HEADERS.get(c, c) for c in COLUMNS]
+    head = ["method", "kind"] + [HEADERS.get(c, c) for c in COLUMNS]
     lines = [f"## {title}", ""] if title else []
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    best = best_per_column(rows)
     for r in rows:
-        lines.append("| " + " | ".join([r["method"]] + [_cell_md(r, c) for c in COLUMNS]) + " |")
+        lines.append("| " + " | ".join([r["method"], kind_of(r["method"])] + [_cell_md(r, c, best) for c in COLUMNS])
+                     + " |")
     note = interval_note(rows, bootstrap)
     if note:
-        lines += ["", note]
+        lines += ["", note + " Bold: the best value of the column."]
     if seeds:
         lines += ["", "### Seed variation", "", "| run | seeds | " + " | ".join(SEED_METRICS) + " |",
                   "|" + "---|" * (2 + len(SEED_METRICS))]
@@ -195,7 +228,61 @@ def render_markdown(rows: list[dict[str, Any]], title: str = "", bootstrap: dict
         lines.append("")
     for s in skipped or []:
         lines.append(f"- not compared: {s}")
+    if ablation_deltas:
+        lines += ["", "### Ablations: difference to their control", "",
+                  "| ablation | control | " + " | ".join(f"Δ {m} [95 % CI]" for m in PAIRED_METRICS) + " | verdict (P@5) |",
+                  "|" + "---|" * (3 + len(PAIRED_METRICS))]
+        for d in ablation_deltas:
+            cells = [_delta_cell(d, m) for m in PAIRED_METRICS]
+            lines.append(f"| {d['ablation']} | {d['control']} | " + " | ".join(cells) + f" | {d['verdict']} |")
+        lines += ["", _delta_note(ablation_deltas, alpha)]
     return "\n".join(lines) + "\n"
+
+
+def ablation_deltas(paired: list[dict[str, Any]], controls: dict[str, str]) -> list[dict[str, Any]]:
+    """Rows ``ablation − control`` per metric (from :func:`paired_comparisons` rows of the pairs
+    ``[ablation, control]``), in the order of ``controls``."""
+    by = {(p["a"], p["b"], p["metric"]): p for p in paired}
+    out = []
+    for ab, ctl in controls.items():
+        ms = {m: by.get((ab, ctl, m)) for m in PAIRED_METRICS}
+        if not any(ms.values()):
+            continue
+        p5 = ms.get("P@5")
+        out.append({"ablation": ab, "control": ctl, "metrics": ms,
+                    "verdict": (f"{p5['better']} better" if p5 and p5.get("better") else "tie") if p5 else "–"})
+    return out
+
+
+def _delta_cell(d: dict[str, Any], m: str) -> str:
+    p = d["metrics"].get(m)
+    return f"{p['diff']:+.2f} [{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]" if p else "–"
+
+
+def _delta_note(deltas: list[dict[str, Any]], alpha: float) -> str:
+    p = next(iter(v for d in deltas for v in d["metrics"].values() if v), None)
+    if p is None:
+        return ""
+    return (f"Δ = ablation − control in percentage points, paired bootstrap over the same {p['n']} test instances "
+            f"(B = {p['n_resamples']}, seed {p['seed']}); the verdict reads P@5 at α = {alpha:g}.")
+
+
+def _delta_table_html(deltas: list[dict[str, Any]]) -> str:
+    e = html.escape
+    head = ["ablation", "control"] + [f"Δ {m}" for m in PAIRED_METRICS] + ["verdict (P@5)"]
+    body = []
+    for d in deltas:
+        cells = []
+        for m in PAIRED_METRICS:
+            p = d["metrics"].get(m)
+            if not p:
+                cells.append("–")
+                continue
+            colour = "#1b7837" if p.get("better") == d["ablation"] else "#b2182b" if p.get("better") else "#555"
+            cells.append(f"<span style='color:{colour}'>{p['diff']:+.2f}</span> "
+                         f"<span class='ci'>[{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}]</span>")
+        body.append([e(d["ablation"]), e(d["control"])] + cells + [e(d["verdict"])])
+    return _html_table(head, body)
 
 
 def _html_table(head: list[str], body: list[list[str]]) -> str:
@@ -206,14 +293,27 @@ def _html_table(head: list[str], body: list[list[str]]) -> str:
 
 def render_html(rows: list[dict[str, Any]], title: str, images: list[str], bootstrap: dict[str, Any] | None = None,
                 seeds: list[dict[str, Any]] | None = None, paired: list[dict[str, Any]] | None = None,
-                alpha: float = 0.05, skipped: list[str] | None = None) -> str:
+                alpha: float = 0.05, skipped: list[str] | None = None,
+                ablation_deltas: list[dict[str, Any]] | None = None, plots_page: str | None = None) -> str:
     """The same content as :func:`render_markdown` as one self-contained HTML page (inline CSS only)."""
     e = html.escape
-    parts = [_html_table(["method"] + [HEADERS.get(c, c) for c in COLUMNS],
-                         [[e(r["method"])] + [_cell_html(r, c) for c in COLUMNS] for r in rows])]
+    best = best_per_column(rows)
+    th = "".join(f"<th>{e(h)}</th>" for h in ["method", "kind"] + [HEADERS.get(c, c) for c in COLUMNS])
+    body = []
+    for kind, label in (("peer", "Baselines and published peers, measured in this pipeline"),
+                        ("method", "The papers' methods"), ("hybrid", "Methods with label-name candidates (hybrid)")):
+        group = [r for r in rows if kind_of(r["method"]) == kind]
+        if not group:
+            continue
+        body.append(f"<tr class='group'><td colspan='{2 + len(COLUMNS)}'>{e(label)}</td></tr>")
+        for r in group:
+            cells = "".join(f"<td class='best'>{_cell_html(r, c)}</td>" if _is_best(r, c, best)
+                            else f"<td>{_cell_html(r, c)}</td>" for c in COLUMNS)
+            body.append(f"<tr><td>{e(r['method'])}</td><td>{e(kind)}</td>{cells}</tr>")
+    parts = [f"<table><tr>{th}</tr>{''.join(body)}</table>"]
     note = interval_note(rows, bootstrap)
     if note:
-        parts.append(f"<p class='note'>{e(note)}</p>")
+        parts.append(f"<p class='note'>{e(note)} Shaded bold: the best value of the column over all rows.</p>")
     parts.append("<p class='note'>Percentages on the test split; PSP with propensity A/B from params.yaml; "
                  "unseen R@100 = recall@100 over test (instance, label) pairs whose label never occurs in training.</p>")
     if seeds:
@@ -233,57 +333,12 @@ def render_html(rows: list[dict[str, Any]], title: str, images: list[str], boots
         parts.append(f"<p class='note'>{e(_paired_note(paired, alpha))}</p>")
     if skipped:
         parts.append("<ul>" + "".join(f"<li>not compared: {e(s)}</li>" for s in skipped) + "</ul>")
+    if ablation_deltas:
+        parts.append("<h2>Ablations: difference to their control</h2>")
+        parts.append(_delta_table_html(ablation_deltas))
+        parts.append(f"<p class='note'>{e(_delta_note(ablation_deltas, alpha))}</p>")
     imgs = "".join(f"<p><img src='{e(i)}' alt='{e(i)}'></p>" for i in images)
+    link = (f"<p class='note'>All figures (P@k and R@k to k = 100, recall by label frequency, training curves): "
+            f"<a href='{e(plots_page)}'>{e(plots_page)}</a></p>") if plots_page else ""
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style></head>"
-            f"<body><h1>{e(title)}</h1>{''.join(parts)}{imgs}</body></html>")
-
-
-def render_plots(rows: list[dict[str, Any]], plots_dir: str | Path, out_dir: str | Path) -> list[str]:
-    """Grouped bar charts across methods; returns file names written into ``out_dir``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written: list[str] = []
-    if not rows:
-        return written
-    names = [r["method"] for r in rows]
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-    for ax, prefix in zip(axes, ("P", "PSP")):
-        ks = [1, 3, 5]
-        w = 0.8 / len(rows)
-        for i, r in enumerate(rows):
-            ax.bar(np.arange(len(ks)) + i * w, [r.get(f"{prefix}@{k}", 0) for k in ks], w, label=r["method"])
-        ax.set_xticks(np.arange(len(ks)) + 0.4 - w / 2, [f"{prefix}@{k}" for k in ks])
-        ax.set_ylabel("%")
-    axes[1].legend(fontsize=7, loc="upper right")
-    fig.suptitle("Precision and propensity-scored precision at k")
-    fig.tight_layout()
-    fig.savefig(out_dir / "precision_at_k.png", dpi=90)
-    plt.close(fig)
-    written.append("precision_at_k.png")
-
-    fig, ax = plt.subplots(figsize=(11, 3.6))
-    buckets = None
-    for i, m in enumerate(names):
-        f = Path(plots_dir) / m / "recall_by_frequency.json"
-        if not f.exists():
-            continue
-        data = read_json(f)
-        buckets = [d["bucket"] for d in data]
-        w = 0.8 / len(names)
-        ax.bar(np.arange(len(data)) + i * w, [d["recall"] for d in data], w, label=m)
-    if buckets:
-        ax.set_xticks(np.arange(len(buckets)) + 0.4 - 0.4 / len(names), buckets)
-    ax.set_xlabel("training occurrences of the label")
-    ax.set_ylabel("recall@100 (%)")
-    ax.set_title("Recall@100 by label frequency")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out_dir / "recall_by_frequency.png", dpi=90)
-    plt.close(fig)
-    written.append("recall_by_frequency.png")
-    return written
+            f"<body><h1>{e(title)}</h1>{link}{''.join(parts)}{imgs}</body></html>")

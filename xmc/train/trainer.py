@@ -4,13 +4,13 @@ It knows a model (query/label vectors), a sampler (candidate pools) and a loss
 (scores, positives -> scalar); nothing about a particular loss or sampler. Features:
 AdamW with linear warm-up and decay, named parameter groups with their own learning
 rates, gradient clipping, bf16 autocast on GPU, all-label scoring with gradient caching
-over label chunks, checkpoints every epoch (and every N steps) with resume, a loss curve
-and per-epoch validation metrics as CSV for DVC plots, tqdm progress.
+over label chunks, checkpoints every epoch (and every N steps) with resume, a live record of
+the loss, learning rate, throughput and per-epoch validation metrics through DVCLive
+(:mod:`xmc.train.live`), tqdm progress.
 """
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import logging
@@ -27,6 +27,8 @@ from torch import nn
 from tqdm import tqdm
 
 from xmc.config.schema import TrainSection, filled
+from xmc.logs import kv
+from xmc.train.live import TrainingLog
 from xmc.negatives.base import CandidateBatch, NegativeSampler
 from xmc.train.checkpoint import clean_stale_temporaries, load_checkpoint, save_checkpoint
 from xmc.train.objective import Objective, RetrievalObjective
@@ -88,13 +90,15 @@ class Trainer:
 
     def __init__(self, model: nn.Module, sampler: NegativeSampler, loss: nn.Module, config: TrainConfig,
                  query_texts: list[str], out_dir: str | Path, evaluator: Callable[[Any], dict[str, float]] | None = None,
-                 eval_every_epochs: int = 0, fingerprint_extra: dict[str, Any] | None = None) -> None:
+                 eval_every_epochs: int = 0, fingerprint_extra: dict[str, Any] | None = None,
+                 live: TrainingLog | None = None, live_prefix: str = "") -> None:
         self.model, self.sampler, self.cfg = model, sampler, config
         self.objective = loss if isinstance(loss, Objective) else RetrievalObjective(loss)
         self.query_texts = query_texts
         self.out_dir = Path(out_dir)
         self.ckpt_path = self.out_dir / "checkpoint.pt"
         self.evaluator, self.eval_every_epochs = evaluator, eval_every_epochs
+        self.live, self.live_prefix = live, live_prefix
         self.device = resolve_device(config.device)
         self.model.to(self.device)
         self.fingerprint = config.fingerprint(fingerprint_extra)
@@ -236,6 +240,8 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         torch.manual_seed(self.cfg.seed)
         self.try_resume()
+        if self.live is not None:
+            self.live.start(self.live_prefix, self.global_step)
         self.model.train()
         t_start = time.perf_counter()
         while self.epoch < self.cfg.epochs:
@@ -262,20 +268,30 @@ class Trainer:
                     sch.step()
                 self.global_step += 1
                 self.step_in_epoch = i + 1
+                lr = self.schedulers[0].get_last_lr()[0]
+                parts = {k: round(v, 6) for k, v in self.objective.last_parts.items()}
                 self.history["loss"].append({"step": self.global_step, "epoch": epoch + 1, "loss": round(loss, 6),
-                                             "lr": self.schedulers[0].get_last_lr()[0],
-                                             **{k: round(v, 6) for k, v in self.objective.last_parts.items()}})
+                                             "lr": lr, **parts})
+                if self.live is not None:
+                    self.live.log(self.global_step, {"train/loss": loss, "train/lr": lr,
+                                                     **{f"train/{k}": v for k, v in parts.items()}})
                 bar.set_postfix(loss=f"{loss:.4f}")
                 bar.update(1)
                 if self.cfg.checkpoint_every_steps and self.step_in_epoch % self.cfg.checkpoint_every_steps == 0:
                     self.save_checkpoint()
             bar.close()
             epoch_seconds = time.perf_counter() - t_epoch
+            if self.live is not None and batches:
+                n_queries = sum(len(b) for b in batches)
+                self.live.log(self.global_step, {"train/sentences_per_s": n_queries / max(epoch_seconds, 1e-9)},
+                              final=True)
             val: dict[str, Any] = {}
             if self.evaluator is not None and self.eval_every_epochs and (epoch + 1) % self.eval_every_epochs == 0:
                 val = {"epoch": epoch + 1, **self.evaluator(self.model)}
                 self.history["val"].append(val)
-                log.info("epoch %d validation: %s", epoch + 1, {k: round(v, 2) for k, v in val.items() if k != "epoch"})
+                log.info("epoch %d validation: %s", epoch + 1, kv({k: v for k, v in val.items() if k != "epoch"}))
+                if self.live is not None:
+                    self.live.log_validation(self.global_step, val, epoch + 1)
                 self.model.train()
             self.history["epochs"].append({"epoch": epoch + 1, "seconds": round(epoch_seconds, 2),
                                            "steps": len(batches)})
@@ -295,17 +311,3 @@ class Trainer:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         (self.out_dir / "completed.json").write_text(json.dumps(
             {"fingerprint": self.fingerprint, "epochs": self.epoch, "global_step": self.global_step}, indent=2))
-
-    def write_curves(self, plots_dir: str | Path) -> None:
-        """loss.csv (per step) and validation.csv (per epoch) for DVC plots."""
-        d = Path(plots_dir)
-        d.mkdir(parents=True, exist_ok=True)
-        for name, rows in (("loss", self.history["loss"]), ("validation", self.history["val"])):
-            with open(d / f"{name}.csv", "w", newline="") as fh:
-                if rows:
-                    fields = list(dict.fromkeys(k for r in rows for k in r))  # objectives may log extra parts
-                    w = csv.DictWriter(fh, fieldnames=fields)
-                    w.writeheader()
-                    w.writerows(rows)
-                else:
-                    fh.write("epoch\n")
