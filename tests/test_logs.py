@@ -32,6 +32,7 @@ def test_text_lines_name_level_and_stage_without_reprs():
 def test_a_stage_logs_in_the_chosen_format_and_quiets_libraries(fmt, tmp_path):
     code = ("import logging; from xmc.logs import setup_logging; setup_logging(); "
             "logging.getLogger('stages.x').info('hello \"there\"'); logging.getLogger('transformers').info('chatter'); "
+            "g = logging.getLogger('great_expectations.data_context'); g.setLevel(logging.INFO); g.info('chatter'); "
             "logging.getLogger('faiss.loader').warning('kept')")
     import os
 

@@ -70,15 +70,27 @@ class JsonLinesFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
+class QuietLibraries(logging.Filter):
+    """Drops the INFO and DEBUG records of :data:`QUIET_LOGGERS`, even where a library sets its own levels."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        return not any(record.name == n or record.name.startswith(n + ".") for n in QUIET_LOGGERS)
+
+
 def setup_logging(level: str | None = None, fmt: str | None = None, stage: str | None = None) -> None:
     """Root handler on stderr in the chosen format (``XMC_LOG_FORMAT``, ``XMC_LOG_LEVEL``); libraries at WARNING."""
     level = (level or os.environ.get("XMC_LOG_LEVEL") or "INFO").upper()
+    if int(os.environ.get("RANK", "0") or 0) > 0:
+        level = "WARNING"   # a data-parallel rank other than 0 trains in step with it: rank 0 tells the story
     fmt = (fmt or os.environ.get("XMC_LOG_FORMAT") or "text").lower()
     if fmt not in FORMATS:
         fmt = "text"
     stage = stage or stage_name()
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonLinesFormatter(stage) if fmt == "json" else TextFormatter(stage))
+    handler.addFilter(QuietLibraries())
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)

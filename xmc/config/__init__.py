@@ -132,7 +132,7 @@ def describe_error(e: BaseException) -> tuple[str, int]:
 
 
 def _watch_parent() -> None:
-    """Under ``dvc repro`` (``DVC_STAGE`` set): stop when dvc dies. A ``kill -9`` of dvc would otherwise leave
+    """Under ``dvc repro`` (``DVC_STAGE`` set) or torchrun: stop when dvc (or the launcher) dies. A ``kill -9`` of dvc would otherwise leave
     this stage running as an orphan next to the writer a rerun starts. Outputs are atomic, so stopping
     here leaves only temporaries, which the next run removes."""
     import threading
@@ -174,7 +174,9 @@ def run_entry_point(main: Callable[[], None]) -> None:
     debug = os.environ.get("XMC_DEBUG", "") not in ("", "0") or "--debug" in sys.argv
     if "--debug" in sys.argv:
         sys.argv.remove("--debug")
-    if os.environ.get("DVC_STAGE") and sys.platform.startswith("linux"):
+    # a stage under dvc stops when dvc dies; a rank under torchrun when its launcher dies (a kill -9 of torchrun
+    # would otherwise leave the ranks training, and writing checkpoints, next to the rerun)
+    if (os.environ.get("DVC_STAGE") or os.environ.get("TORCHELASTIC_RUN_ID")) and sys.platform.startswith("linux"):
         _watch_parent()
     try:
         main()

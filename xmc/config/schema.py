@@ -253,6 +253,8 @@ class TrainSection(Section):
     # lazy Adam of the sparse embedding tables (bag-of-words buckets, ASTRA/UniDEC classifiers): row_adam
     # updates the touched rows in one pass; torch_sparse_adam is torch's SparseAdam (same rule)
     sparse_optimizer: Literal["row_adam", "torch_sparse_adam"] = "row_adam"
+    # data-parallel ranks on this machine (torchrun; gloo on CPU, NCCL on GPUs; xmc.train.distributed)
+    nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
     seed: Seed = 0
 
     @field_validator("device")

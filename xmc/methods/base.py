@@ -34,10 +34,17 @@ PREDICTOR_SECTION = "predictor.json"   # the predictor's manifest section, next 
 
 
 def set_threads() -> None:
-    """Use every core the machine (or ``XMC_THREADS``) gives this process."""
+    """Use every core the machine (or ``XMC_THREADS``) gives this process: its share, under data parallelism."""
     import torch
 
-    torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
+    world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    torch.set_num_threads(max(1, int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)) // world))
+
+
+def ranks_of(run: RunSpec) -> int:
+    """The data-parallel ranks a run asks for (``train.nproc_per_node``; methods without a ``train`` section: 1)."""
+    train = run.config.get("train")
+    return int(train["nproc_per_node"]) if isinstance(train, dict) and "nproc_per_node" in train else 1
 
 
 @dataclass
@@ -158,8 +165,18 @@ def train_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict
                           f"{method.predictor_source(run, params)})")
     root = Path(root)
     set_threads()
+    from xmc.train.distributed import init_from_env
+
+    dist_ctx = init_from_env()
     data = load_processed(root / params["data"]["processed_dir"], splits=method.train_splits) \
         if method.train_splits else None
+    if not dist_ctx.is_main:
+        # another rank of a data-parallel run: it trains in step with rank 0, which alone writes the outputs
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix=f"xmc-rank{dist_ctx.rank}-") as scratch:
+            ctx = RunContext(params, run, Path(scratch), root / "checkpoints" / name, Path(scratch) / "plots", None)
+            return {"run": name, "method": run.method, **method.train(ctx, data)}
     from xmc.train.live import TrainingLog
 
     live = TrainingLog(root / "plots" / "train" / name)

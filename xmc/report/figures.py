@@ -150,11 +150,13 @@ def training_figure(family: str, runs: Sequence[str], train_dir: Path, out: Path
         if not metrics.is_dir():
             continue
         st = styles.get(run, {"color": "#000000", "linestyle": "-", "marker": "o"})
-        for loss in sorted(metrics.glob("**/loss.tsv")):
+        # one loss history per stage of the run (MACLR: stage1/train, stage2/train): solid, then dashed, dotted
+        for i, loss in enumerate(sorted(metrics.glob("**/loss.tsv"))):
             xs, ys = read_tsv_series(loss, "loss")
-            part = loss.parent.relative_to(metrics).as_posix()
+            part = loss.parent.relative_to(metrics).as_posix().removesuffix("/train")
             label = run if part in ("train", ".") else f"{run} ({part})"
-            ls = st["linestyle"] if part in ("train", ".", "stage1") else "--"
+            alts = [x for x in LINESTYLES if x != st["linestyle"]]
+            ls = st["linestyle"] if i == 0 else alts[(i - 1) % len(alts)]
             ax_l.plot(xs, _smooth(ys, max(1, len(ys) // 50)), label=label, color=st["color"], linestyle=ls, linewidth=1.2)
             drawn += 1
         for val in sorted(metrics.glob("**/val/P@5.tsv")):

@@ -34,14 +34,15 @@ class TrainingLog:
         """A trainer starts (``resumed_at_step`` > 0: from a checkpoint): later steps go under ``prefix``."""
         from dvclive import Live
 
+        resuming = self.live is None and resumed_at_step > 0
         if self.live is None:
             # a resumed run keeps the history written before the interruption (the stage persists the folder)
             self.live = Live(dir=str(self.directory), resume=resumed_at_step > 0, report=None, save_dvc_exp=False,
                              dvcyaml=None, monitor_system=False)
-            if resumed_at_step > 0 and self.live.step:
-                self.last_step = int(self.live.step) - 1
         self.prefix = f"{prefix}/" if prefix else ""
-        self.base = (self.last_step + 1 - resumed_at_step) if self.last_step >= 0 else 0
+        # a resumed trainer goes on at its own step (the steps between its checkpoint and the interruption are
+        # logged again); a later trainer of the run (MACLR's Stage II) starts after the last step logged
+        self.base = 0 if resuming or self.last_step < 0 else self.last_step + 1
 
     def log(self, step: int, values: Mapping[str, float], final: bool = False) -> None:
         """Values at the trainer's ``step``; the summary file is rewritten at most every ``sync_every_s``."""

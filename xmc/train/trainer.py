@@ -98,7 +98,13 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.ckpt_path = self.out_dir / "checkpoint.pt"
         self.evaluator, self.eval_every_epochs = evaluator, eval_every_epochs
-        self.live, self.live_prefix = live, live_prefix
+        from xmc.train.distributed import context, shard_encoders
+
+        # data parallel under torchrun: encoders encode their rank's share and gather (xmc.train.distributed)
+        self.dist = context()
+        if self.dist.active:
+            shard_encoders(model, self.dist)
+        self.live, self.live_prefix = (live, live_prefix) if self.dist.is_main else (None, live_prefix)
         self.device = resolve_device(config.device)
         self.model.to(self.device)
         self.fingerprint = config.fingerprint(fingerprint_extra)
@@ -164,6 +170,11 @@ class Trainer:
 
     # ---- checkpoints -------------------------------------------------------------------------
     def save_checkpoint(self) -> None:
+        from xmc.train.distributed import barrier
+
+        if not self.dist.is_main:   # every rank holds the same state: rank 0 writes it, the others wait
+            barrier(self.dist)
+            return
         self.out_dir.mkdir(parents=True, exist_ok=True)
         state = {
             "fingerprint": self.fingerprint, "epoch": self.epoch, "step_in_epoch": self.step_in_epoch,
@@ -174,6 +185,7 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
         }
         save_checkpoint(state, self.ckpt_path)
+        barrier(self.dist)
 
     def try_resume(self) -> bool:
         clean_stale_temporaries(self.ckpt_path)
@@ -197,6 +209,14 @@ class Trainer:
         log.info("resumed from %s at epoch %d step %d", self.ckpt_path, self.epoch, self.step_in_epoch)
         return True
 
+    def _check_ranks_agree(self) -> None:
+        """Every rank starts from the same point, or none trains (a writer still at work between their reads)."""
+        from xmc.train.distributed import all_equal
+
+        if self.dist.active and not all_equal([self.epoch, self.step_in_epoch, self.global_step], self.dist):
+            raise RuntimeError(f"{self.ckpt_path}: the ranks resumed from different checkpoints (is an earlier run "
+                               f"still writing it?); stop it and rerun")
+
     # ---- one step ----------------------------------------------------------------------------
     def _step(self, batch: CandidateBatch) -> float:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_amp):
@@ -205,7 +225,8 @@ class Trainer:
                 pos, valid, weights = Objective.targets(batch, self.device)
                 return self._all_labels_step(texts, pos, valid, weights)
             loss = self.objective(self.model, batch, self.query_texts)
-        loss.backward()
+        # every rank computes the same global loss; the gathers' backward sums the ranks' shares (module doc)
+        (loss / self.dist.world).backward()
         return float(loss.detach())
 
     def _all_labels_step(self, texts: list[str], pos, valid, weights) -> float:
@@ -226,7 +247,7 @@ class Trainer:
         Z = torch.cat(cached).requires_grad_(True)
         q = self.model.query_vectors(texts)
         loss = self.objective.loss((q.float() @ Z.T), pos, valid, weights)
-        loss.backward()
+        (loss / self.dist.world).backward()
         G = Z.grad
         current = torch.get_rng_state()
         for s, st in zip(starts, rng_states):
@@ -240,6 +261,7 @@ class Trainer:
     def fit(self) -> dict[str, Any]:
         torch.manual_seed(self.cfg.seed)
         self.try_resume()
+        self._check_ranks_agree()
         if self.live is not None:
             self.live.start(self.live_prefix, self.global_step)
         self.model.train()
@@ -251,7 +273,7 @@ class Trainer:
             self.model.train()
             batches = self.sampler.query_batches(epoch, self.cfg.batch_size, self.cfg.seed)[: self.steps_per_epoch]
             bar = tqdm(total=len(batches), initial=self.step_in_epoch, desc=f"epoch {epoch + 1}/{self.cfg.epochs}",
-                       unit="step", mininterval=5)
+                       unit="step", mininterval=5, disable=not self.dist.is_main)
             for i in range(self.step_in_epoch, len(batches)):
                 self.sampler.on_step_start(self.global_step, self.model, self.query_texts)
                 rng = np.random.default_rng([self.cfg.seed, epoch, i])
@@ -259,6 +281,10 @@ class Trainer:
                 for o in self.optimizers:
                     o.zero_grad(set_to_none=True)
                 loss = self._step(batch)
+                if self.dist.active:
+                    from xmc.train.distributed import all_reduce_gradients
+
+                    all_reduce_gradients([p for p in self.model.parameters() if p.requires_grad], self.dist)
                 if self.cfg.grad_clip and self._dense_params:
                     # sparse embedding rows are not clipped: SparseAdam normalises their steps anyway
                     torch.nn.utils.clip_grad_norm_(self._dense_params, self.cfg.grad_clip)
@@ -289,7 +315,8 @@ class Trainer:
             if self.evaluator is not None and self.eval_every_epochs and (epoch + 1) % self.eval_every_epochs == 0:
                 val = {"epoch": epoch + 1, **self.evaluator(self.model)}
                 self.history["val"].append(val)
-                log.info("epoch %d validation: %s", epoch + 1, kv({k: v for k, v in val.items() if k != "epoch"}))
+                if self.dist.is_main:
+                    log.info("epoch %d validation: %s", epoch + 1, kv({k: v for k, v in val.items() if k != "epoch"}))
                 if self.live is not None:
                     self.live.log_validation(self.global_step, val, epoch + 1)
                 self.model.train()
@@ -306,6 +333,11 @@ class Trainer:
         """A finished run keeps no resumable state: a rerun happens only when its settings or data changed,
         and then starts afresh. The checkpoint (model + optimiser moments: GBs for large tables) is replaced
         by a small record of the run."""
+        from xmc.train.distributed import barrier
+
+        barrier(self.dist)
+        if not self.dist.is_main:
+            return
         clean_stale_temporaries(self.ckpt_path)
         self.ckpt_path.unlink(missing_ok=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)

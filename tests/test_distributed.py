@@ -1,0 +1,130 @@
+"""Data-parallel training on torch.distributed (gloo, CPU): two ranks on the same global batch give the losses and
+the parameters of one process, for DEXML's in-batch, hard-negative and all-label pools."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+
+LABELS = [f"label {w} {v}" for w in ("red", "blue", "green", "black", "white") for v in ("shoe", "lamp", "mug", "scarf")]
+
+
+def _data(n: int = 96, seed: int = 0) -> tuple[list[str], sp.csr_matrix]:
+    rng = np.random.default_rng(seed)
+    texts, rows, cols = [], [], []
+    for i in range(n):
+        ids = sorted(set(rng.choice(len(LABELS), size=rng.integers(1, 3), replace=False).tolist()))
+        texts.append(" ".join(LABELS[j].split(" ", 1)[1] for j in ids) + f" item {i % 7}")
+        rows += [i] * len(ids)
+        cols += ids
+    return texts, sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n, len(LABELS)))
+
+
+def _train(negatives: dict, out: Path, steps_file: Path) -> None:
+    from xmc.encoders import build_encoder
+    from xmc.losses import DecoupledSoftmaxLoss
+    from xmc.models import DualEncoderModel
+    from xmc.negatives import build_sampler
+    from xmc.train import Trainer, TrainConfig
+    from xmc.train.distributed import ShardedForward, context
+
+    torch.manual_seed(0)
+    texts, Y = _data()
+    enc = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 2048, "seed": 0})
+    model = DualEncoderModel(enc, LABELS)
+    sampler = build_sampler(Y, negatives)
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, warmup_ratio=0.0, label_chunk_size=7)
+    tr = Trainer(model, sampler, DecoupledSoftmaxLoss(0.1), cfg, texts, out)
+    tr.fit()
+    if context().is_main:
+        steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
+                                          "weight": enc.query_bag.weight.detach().numpy().tolist(),
+                                          "world": context().world, "sharded": isinstance(enc.forward, ShardedForward)}))
+
+
+def _worker(rank: int, world: int, init_file: str, negatives: dict, out: str, result: str) -> None:
+    import torch.distributed as dist
+
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    try:
+        _train(negatives, Path(out), Path(result))
+    finally:
+        dist.destroy_process_group()
+
+
+NEGATIVES = {
+    "in_batch": {"kind": "in_batch", "max_positives_per_query": 0},
+    "hard": {"kind": "hard", "shortlist_size": 5, "negatives_per_query": 2, "max_positives_per_query": 0,
+             "refresh_every_epochs": 1, "start_epoch": 1},
+    "all": {"kind": "all", "max_positives_per_query": 0},
+}
+
+
+@pytest.mark.parametrize("pool", list(NEGATIVES))
+def test_two_ranks_train_like_one_process(pool, tmp_path):
+    import torch.multiprocessing as mp
+
+    torch.set_num_threads(1)
+    _train(NEGATIVES[pool], tmp_path / "one", tmp_path / "one.json")
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), NEGATIVES[pool], str(tmp_path / "two"), str(tmp_path / "two.json")),
+             nprocs=2, join=True)
+    one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
+    assert (one["world"], one["sharded"], two["world"], two["sharded"]) == (1, False, 2, True)
+    assert len(one["loss"]) == len(two["loss"]) == 12
+    assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5), (one["loss"][:3], two["loss"][:3])
+    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
+    # rank 0 wrote the run's record; the other rank wrote nothing of its own
+    assert (tmp_path / "two" / "completed.json").is_file()
+
+
+def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
+    """`python -m stages.train <run>` with train.nproc_per_node 2 runs under torchrun; killed mid-run (the whole
+    process group), the rerun resumes from rank 0's checkpoint and finishes with the model and its live record."""
+    import signal
+    import subprocess
+    import time
+
+    from tests.pipeline_repo import env, make_repo, run
+    from tests.test_own_dataset_e2e import TINY, write_product_dataset
+
+    data = write_product_dataset(tmp_path / "data" / "products")
+    bow = {"kind": "bow", "dim": 16, "n_buckets": 2048}
+    repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0, extra_params={**TINY,
+        "runs": {"dexml_bow": {"encoder": bow, "negatives": {"kind": "in_batch", "max_positives_per_query": 0},
+                               "train": {"epochs": 100, "batch_size": 32, "lr": 0.01, "max_steps_per_epoch": 0,
+                                         "checkpoint_every_steps": 2, "nproc_per_node": 2}}}})
+    run(["dvc", "repro", "validate"], repo)
+    ckpt = repo / "checkpoints" / "dexml_bow" / "checkpoint.pt"
+    p = subprocess.Popen([env()["PATH"].split(os.pathsep)[0] + "/python", "-m", "stages.train", "dexml_bow"], cwd=repo,
+                         env={**env(), "XMC_THREADS": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True, start_new_session=True)
+    deadline = time.time() + 240
+    while not ckpt.exists() and time.time() < deadline and p.poll() is None:
+        time.sleep(0.5)
+    assert ckpt.exists(), p.communicate()[0][-3000:]
+    ranks = [int(x) for x in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
+    # kill -9 the launcher alone: the ranks notice their launcher is gone and stop (they are in their own session)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=30)
+    deadline = time.time() + 30
+    while any(Path(f"/proc/{r}").exists() and "(python" in Path(f"/proc/{r}/stat").read_text()[:40]
+              and " Z " not in Path(f"/proc/{r}/stat").read_text()[:60] for r in ranks) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(Path(f"/proc/{r}").exists() and " Z " not in Path(f"/proc/{r}/stat").read_text()[:60]
+                   for r in ranks), "a rank outlived its launcher"
+    assert not (repo / "models" / "dexml_bow").exists()
+    second = run(["python", "-m", "stages.train", "dexml_bow"], repo, timeout=600)
+    out = second.stdout + second.stderr
+    assert "resumed from" in out and out.count("trained dexml_bow") == 1, out[-3000:]   # rank 0 alone reports
+    summary = json.loads((repo / "models" / "dexml_bow" / "train_summary.json").read_text())
+    assert summary["epochs"] == 100
+    live = json.loads((repo / "plots" / "train" / "dexml_bow" / "metrics.json").read_text())
+    assert live["step"] == summary["steps"]
