@@ -48,14 +48,89 @@ def _train(negatives: dict, out: Path, steps_file: Path) -> None:
                                           "world": context().world, "sharded": isinstance(enc.forward, ShardedForward)}))
 
 
-def _worker(rank: int, world: int, init_file: str, negatives: dict, out: str, result: str) -> None:
+def _train_astra(_: dict, out: Path, steps_file: Path) -> None:
+    """ASTRA: classifier rows scored on every rank (the table is not sharded), the encoder sharded; stale ANN
+    negatives from epoch 1 and uniform negatives drawn from the step's seed."""
+    from tests.test_astra import small_model, synthetic
+    from xmc.methods.astra import ASTRANegatives, ASTRAObjective
+    from xmc.train import Trainer, TrainConfig
+    from xmc.train.distributed import context
+
+    texts, labels, Y = synthetic(n_q=96, n_l=40)
+    model = small_model(labels)
+    sampler = ASTRANegatives(Y, model.dim, hard_negatives=4, uniform_negatives=8, start_epoch=1, refresh_every_epochs=1)
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, group_lr={"classifier": 5.0}, group_optimizer={"classifier": "sgd"},
+                      warmup_ratio=0.0, device="cpu")
+    tr = Trainer(model, sampler, ASTRAObjective(), cfg, texts, out)
+    tr.fit()
+    if context().is_main:
+        steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
+                                          "weight": model.W.weight.detach().numpy().tolist(),
+                                          "world": context().world, "sharded": True}))
+
+
+def _train_unidec(_: dict, out: Path, steps_file: Path) -> None:
+    """UniDEC: the two heads and the classifier table on every rank, the encoder sharded; pick-some-labels batches
+    with the clustered shortlist from epoch 1 (heads' dropout off: ranks draw different masks)."""
+    from tests.test_unidec import synthetic
+    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.methods.unidec import PickSomeLabelsSampler, UniDECModel, UniDECObjective
+    from xmc.train import Trainer, TrainConfig
+    from xmc.train.distributed import context
+
+    torch.manual_seed(0)
+    texts, labels, Y = synthetic()
+    model = UniDECModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12, seed=0), labels, dim=16, dropout=0.0)
+    model.init_classifiers_from_label_text()
+    sampler = PickSomeLabelsSampler(Y, max_positives_per_query=2, negatives_per_query=2, shortlist_size=6,
+                                    refresh_every_epochs=1, start_epoch=1, cluster_size=8)
+    cfg = TrainConfig(epochs=2, batch_size=32, lr=0.05, group_lr={"heads": 0.01, "classifier": 0.05},
+                      warmup_ratio=0.0, device="cpu", seed=0)
+    tr = Trainer(model, sampler, UniDECObjective(bce_weight=0.5), cfg, texts, out)
+    tr.fit()
+    if context().is_main:
+        steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
+                                          "weight": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist(),
+                                          "world": context().world}))
+
+
+def _train_ramen(_: dict, out: Path, steps_file: Path) -> None:
+    """RAMEN: graph regularisers (anchor texts encoded through the sharded encoder), pruning from epoch 1."""
+    from tests.test_ramen import toy_problem
+    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.losses import DecoupledSoftmaxLoss
+    from xmc.methods.ramen import GraphAnchorSampler, RamenObjective
+    from xmc.models import DualEncoderModel
+    from xmc.negatives import InBatchNegatives
+    from xmc.train import Trainer, TrainConfig
+    from xmc.train.distributed import context
+
+    torch.manual_seed(0)
+    texts, labels, Y, sets = toy_problem()
+    enc = HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12)
+    model = DualEncoderModel(enc, labels)
+    sampler = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels), extra_labels=4,
+                                 prune=True, threshold=0.0, warmup_epochs=1, every_epochs=1)
+    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, warmup_ratio=0.0)
+    tr = Trainer(model, sampler, RamenObjective(DecoupledSoftmaxLoss(0.05), sets), cfg, texts, out)
+    tr.fit()
+    if context().is_main:
+        steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
+                                          "weight": enc.query_bag.weight.detach().numpy().tolist(),
+                                          "world": context().world}))
+
+
+TRAIN = {"dexml": _train, "astra": _train_astra, "unidec": _train_unidec, "ramen": _train_ramen}
+
+
+def _worker(rank: int, world: int, init_file: str, negatives: dict, out: str, result: str, method: str = "dexml") -> None:
     import torch.distributed as dist
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        _train(negatives, Path(out), Path(result))
+        TRAIN[method](negatives, Path(out), Path(result))
     finally:
         dist.destroy_process_group()
 
@@ -83,6 +158,20 @@ def test_two_ranks_train_like_one_process(pool, tmp_path):
     assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
     # rank 0 wrote the run's record; the other rank wrote nothing of its own
     assert (tmp_path / "two" / "completed.json").is_file()
+
+
+@pytest.mark.parametrize("method", ["astra", "unidec", "ramen"])
+def test_other_methods_two_ranks_train_like_one_process(method, tmp_path):
+    import torch.multiprocessing as mp
+
+    torch.set_num_threads(1)
+    TRAIN[method]({}, tmp_path / "one", tmp_path / "one.json")
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), {}, str(tmp_path / "two"), str(tmp_path / "two.json"), method),
+             nprocs=2, join=True)
+    one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
+    assert two["world"] == 2 and len(one["loss"]) == len(two["loss"]) >= 4
+    assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5), (one["loss"][:3], two["loss"][:3])
+    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
 
 
 def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
