@@ -75,7 +75,7 @@ def _label_name_view(texts: list[str], label_texts: list[str], params: dict):
     if k == 0:
         return None, None, names.mode
     matcher = LabelNameMatcher(names, params["label_names"]["max_words"], label_texts,
-                               params["label_names"]["cased_names"])
+                               params["label_names"]["cased_names"])   # the names parsed above (their mode too)
     ids, scores = zero_shot_name_topk(matcher, texts, k)
     return ids, scores, names.mode
 

@@ -96,23 +96,13 @@ def _train_unidec(_: dict, out: Path, steps_file: Path) -> None:
 
 def _train_ramen(_: dict, out: Path, steps_file: Path) -> None:
     """RAMEN: graph regularisers (anchor texts encoded through the sharded encoder), pruning from epoch 1."""
-    from tests.test_ramen import toy_problem
-    from xmc.encoders import HashedBagOfWordsEncoder
-    from xmc.losses import DecoupledSoftmaxLoss
-    from xmc.methods.ramen import GraphAnchorSampler, RamenObjective
-    from xmc.models import DualEncoderModel
-    from xmc.negatives import InBatchNegatives
+    from tests.test_ramen import toy_ramen
     from xmc.train import Trainer, TrainConfig
     from xmc.train.distributed import context
 
-    torch.manual_seed(0)
-    texts, labels, Y, sets = toy_problem()
-    enc = HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12)
-    model = DualEncoderModel(enc, labels)
-    sampler = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels), extra_labels=4,
-                                 prune=True, threshold=0.0, warmup_epochs=1, every_epochs=1)
+    (texts, _, _, _), enc, model, sampler, obj = toy_ramen(every_epochs=1)
     cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, warmup_ratio=0.0)
-    tr = Trainer(model, sampler, RamenObjective(DecoupledSoftmaxLoss(0.05), sets), cfg, texts, out)
+    tr = Trainer(model, sampler, obj, cfg, texts, out)
     tr.fit()
     if context().is_main:
         steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],

@@ -239,14 +239,19 @@ def test_sampler_blocks_mask_linked_anchors_and_objective_matches_parts():
     assert total == pytest.approx(p["task"] + 0.5 * p["R_q_words"] + 2.0 * p["R_l_words"], rel=1e-5)
 
 
-def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
+def toy_ramen(every_epochs: int = 2):
+    """The data, encoder, model, sampler (pruning from epoch 1) and objective of a small RAMEN run."""
     torch.manual_seed(0)
     texts, labels, Y, sets = toy_problem()
     enc = HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12)
     model = DualEncoderModel(enc, labels)
     sampler = GraphAnchorSampler(InBatchNegatives(Y), sets, len(labels), extra_labels=4,
-                                 prune=True, threshold=0.0, warmup_epochs=1, every_epochs=2)
-    obj = RamenObjective(DecoupledSoftmaxLoss(0.05), sets)
+                                 prune=True, threshold=0.0, warmup_epochs=1, every_epochs=every_epochs)
+    return (texts, labels, Y, sets), enc, model, sampler, RamenObjective(DecoupledSoftmaxLoss(0.05), sets)
+
+
+def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
+    (texts, labels, Y, sets), enc, model, sampler, obj = toy_ramen()
     cfg = TrainConfig(epochs=4, batch_size=16, lr=0.05, warmup_ratio=0.0)
     live = TrainingLog(tmp_path / "plots")
     tr = Trainer(model, sampler, obj, cfg, texts, tmp_path / "w", live=live)

@@ -90,6 +90,14 @@ class LabelNameMatcher:
         self.specificity = {n: float(np.mean([np.log((n_docs + 1) / (df.get(w, 0) + 1)) for w in n.split()]))
                             for n in self.by_name}
 
+    @classmethod
+    def from_settings(cls, label_texts: Sequence[str], settings: dict) -> LabelNameMatcher:
+        """The matcher of a params ``label_names`` section (``mode``, ``max_words``, ``cased_names``)."""
+        from xmc.lexical.names import parse_label_names
+
+        return cls(parse_label_names(label_texts, settings["mode"]), settings["max_words"], label_texts,
+                   cased_names=settings["cased_names"])
+
     def __len__(self) -> int:
         return len(self.tags)
 

@@ -138,12 +138,11 @@ def name_match_shortlist(Y: sp.csr_matrix, query_texts: list[str], label_texts: 
                          label_names: dict[str, Any], size: int) -> np.ndarray:
     """Each query's best ``size`` label-name matches (zero-shot ranking of :mod:`xmc.lexical`), positives removed;
     -1 pads (int32, N x size). These are the senses a reader of the query's words would confuse."""
-    from xmc.lexical import LabelNameMatcher, parse_label_names
+    from xmc.lexical import LabelNameMatcher
     from xmc.lexical.matcher import zero_shot_name_topk
 
     Y = Y.tocsr()
-    matcher = LabelNameMatcher(parse_label_names(label_texts, label_names["mode"]), label_names["max_words"],
-                               label_texts, cased_names=label_names["cased_names"])
+    matcher = LabelNameMatcher.from_settings(label_texts, label_names)
     ids, _ = zero_shot_name_topk(matcher, query_texts, size + max_positives(Y))
     return drop_positives(Y, ids, size)
 

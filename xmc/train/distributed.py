@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import nn
@@ -176,13 +175,3 @@ def barrier(ctx: DistContext) -> None:
     if ctx.active and dist.is_initialized():
         dist.barrier()
 
-
-def broadcast_object(obj: Any, ctx: DistContext) -> Any:
-    """Rank 0's ``obj`` on every rank."""
-    import torch.distributed as dist
-
-    if not ctx.active:
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
