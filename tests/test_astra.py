@@ -28,9 +28,10 @@ def synthetic(n_q: int = 240, n_l: int = 40, seed: int = 0):
     return texts, labels, sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_q, n_l))
 
 
-def small_model(labels, seed: int = 0) -> ASTRAModel:
+def small_model(labels, seed: int = 0, shard_labels: bool = False) -> ASTRAModel:
     torch.manual_seed(seed)
-    model = ASTRAModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12, seed=seed), labels, bias_init=-1.0)
+    model = ASTRAModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12, seed=seed), labels, bias_init=-1.0,
+                       shard_labels=shard_labels)
     with torch.no_grad():  # spread the scores so the sampled terms differ a lot between labels
         model.W.weight.mul_(3.0)
     return model.eval()

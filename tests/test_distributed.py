@@ -1,5 +1,6 @@
 """Data-parallel training on torch.distributed (gloo, CPU): two ranks on the same global batch give the losses and
-the parameters of one process, for DEXML's in-batch, hard-negative and all-label pools."""
+the parameters of one process, for DEXML's in-batch, hard-negative and all-label pools, ASTRA and UniDEC with their
+classifier tables replicated or sharded by label, RAMEN and MACLR's Stage I; killed runs resume."""
 
 from __future__ import annotations
 
@@ -48,30 +49,56 @@ def _train(negatives: dict, out: Path, steps_file: Path) -> None:
                                           "world": context().world, "sharded": isinstance(enc.forward, ShardedForward)}))
 
 
-def _train_astra(_: dict, out: Path, steps_file: Path) -> None:
-    """ASTRA: classifier rows scored on every rank (the table is not sharded), the encoder sharded; stale ANN
-    negatives from epoch 1 and uniform negatives drawn from the step's seed."""
+class _DieAt:
+    """Wraps a sampler: the process exits hard (no clean-up, like a kill) when training reaches ``step``."""
+
+    def __init__(self, sampler, step: int) -> None:
+        self.__dict__["_inner"], self.__dict__["_step"] = sampler, step
+
+    def on_step_start(self, step: int, model, texts) -> None:
+        if step == self._step:
+            os._exit(3)
+        self._inner.on_step_start(step, model, texts)
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._inner, name, value)
+
+
+def _train_astra(opts: dict, out: Path, steps_file: Path) -> None:
+    """ASTRA: the encoder sharded, the classifier table replicated or sharded by label (``shard``: each rank scores
+    its rows, the ANN refresh searches each rank's shard and merges, mined in the background with ``async``); stale
+    ANN negatives from epoch 1 and uniform negatives drawn from the step's seed."""
     from tests.test_astra import small_model, synthetic
     from xmc.methods.astra import ASTRANegatives, ASTRAObjective
     from xmc.train import Trainer, TrainConfig
     from xmc.train.distributed import context
 
     texts, labels, Y = synthetic(n_q=96, n_l=40)
-    model = small_model(labels)
-    sampler = ASTRANegatives(Y, model.dim, hard_negatives=4, uniform_negatives=8, start_epoch=1, refresh_every_epochs=1)
-    cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, group_lr={"classifier": 5.0}, group_optimizer={"classifier": "sgd"},
-                      warmup_ratio=0.0, device="cpu")
+    model = small_model(labels, shard_labels=opts.get("shard", False))
+    sampler = ASTRANegatives(Y, model.dim, hard_negatives=4, uniform_negatives=8, start_epoch=1, refresh_every_epochs=1,
+                             async_refresh=opts.get("async", False), uniform_shared=opts.get("shared", False),
+                             work_dir=out / "shortlists")
+    if opts.get("die_at"):
+        sampler = _DieAt(sampler, opts["die_at"])
+    cfg = TrainConfig(epochs=opts.get("epochs", 2), batch_size=16, lr=0.05, group_lr={"classifier": 5.0},
+                      group_optimizer={"classifier": "sgd"}, warmup_ratio=0.0, device="cpu",
+                      checkpoint_every_steps=opts.get("checkpoint_every_steps", 0))
     tr = Trainer(model, sampler, ASTRAObjective(), cfg, texts, out)
     tr.fit()
+    weight = model.W.gathered()   # a collective when sharded: every rank
     if context().is_main:
         steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
-                                          "weight": model.W.weight.detach().numpy().tolist(),
-                                          "world": context().world, "sharded": True}))
+                                          "weight": weight.numpy().tolist(), "world": context().world,
+                                          "rows_held": model.W.weight.shape[0], "sharded": model.W.sharded}))
 
 
-def _train_unidec(_: dict, out: Path, steps_file: Path) -> None:
-    """UniDEC: the two heads and the classifier table on every rank, the encoder sharded; pick-some-labels batches
-    with the clustered shortlist from epoch 1 (heads' dropout off: ranks draw different masks)."""
+def _train_unidec(opts: dict, out: Path, steps_file: Path) -> None:
+    """UniDEC: the two heads on every rank, the classifier table replicated or sharded by label (``shard``), the
+    encoder sharded; pick-some-labels batches with the clustered shortlist from epoch 1 (heads' dropout off: ranks
+    draw different masks)."""
     from tests.test_unidec import synthetic
     from xmc.encoders import HashedBagOfWordsEncoder
     from xmc.methods.unidec import PickSomeLabelsSampler, UniDECModel, UniDECObjective
@@ -80,7 +107,8 @@ def _train_unidec(_: dict, out: Path, steps_file: Path) -> None:
 
     torch.manual_seed(0)
     texts, labels, Y = synthetic()
-    model = UniDECModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12, seed=0), labels, dim=16, dropout=0.0)
+    model = UniDECModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1 << 12, seed=0), labels, dim=16, dropout=0.0,
+                        shard_labels=opts.get("shard", False))
     model.init_classifiers_from_label_text()
     sampler = PickSomeLabelsSampler(Y, max_positives_per_query=2, negatives_per_query=2, shortlist_size=6,
                                     refresh_every_epochs=1, start_epoch=1, cluster_size=8)
@@ -88,10 +116,13 @@ def _train_unidec(_: dict, out: Path, steps_file: Path) -> None:
                       warmup_ratio=0.0, device="cpu", seed=0)
     tr = Trainer(model, sampler, UniDECObjective(bce_weight=0.5), cfg, texts, out)
     tr.fit()
+    model.reset_unseen_classifiers(np.asarray(Y[:40].sum(0)).ravel())   # global row writes land on their owners
+    psi = model.psi.gathered()
     if context().is_main:
+        dense = [p.detach().reshape(-1) for n, p in model.named_parameters() if not n.startswith("psi.")]
         steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
-                                          "weight": torch.cat([p.detach().reshape(-1) for p in model.parameters()]).tolist(),
-                                          "world": context().world}))
+                                          "weight": torch.cat([*dense, psi.reshape(-1)]).tolist(),
+                                          "world": context().world, "rows_held": model.psi.weight.shape[0]}))
 
 
 def _train_ramen(_: dict, out: Path, steps_file: Path) -> None:
@@ -110,7 +141,33 @@ def _train_ramen(_: dict, out: Path, steps_file: Path) -> None:
                                           "world": context().world}))
 
 
-TRAIN = {"dexml": _train, "astra": _train_astra, "unidec": _train_unidec, "ramen": _train_ramen}
+def _train_maclr_stage1(_: dict, out: Path, steps_file: Path) -> None:
+    """MACLR Stage I: ICT pseudo pairs in clustered batches (multi-scale k re-clustered from the gathered
+    embeddings), label regularisation on; the encoder sharded."""
+    from xmc.encoders import build_encoder
+    from xmc.maclr.pseudo import ICTPair, PseudoPairs
+    from xmc.maclr.train import train_stage1
+    from xmc.train.distributed import context
+
+    torch.manual_seed(0)
+    texts, _ = _data(n=96)
+    pairs = PseudoPairs(texts=texts, label_texts=LABELS,
+                        ict=[ICTPair(instance=i, context=t, pseudo_label=" ".join(t.split()[:2]))
+                             for i, t in enumerate(texts)],
+                        tfidf_ids=np.full((len(texts), 1), -1, np.int32), tfidf_scores=np.zeros((len(texts), 1), np.float32),
+                        meta={"counts": {"ict": len(texts)}})
+    enc = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 2048, "seed": 0, "dropout": 0.0})
+    res = train_stage1(enc, pairs, {"train": {"epochs": 2, "batch_size": 16, "lr": 0.05, "warmup_ratio": 0.0},
+                                    "k0": 4, "t_k": 2, "t_update": 3, "label_reg": True, "label_negatives": 4}, out)
+    tr = res["trainer"]
+    if context().is_main:
+        steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
+                                          "weight": enc.query_bag.weight.detach().numpy().tolist(),
+                                          "world": context().world, "reclustered_at": res["reclustered_at"]}))
+
+
+TRAIN = {"dexml": _train, "astra": _train_astra, "unidec": _train_unidec, "ramen": _train_ramen,
+         "maclr": _train_maclr_stage1}
 
 
 def _worker(rank: int, world: int, init_file: str, negatives: dict, out: str, result: str, method: str = "dexml") -> None:
@@ -150,18 +207,51 @@ def test_two_ranks_train_like_one_process(pool, tmp_path):
     assert (tmp_path / "two" / "completed.json").is_file()
 
 
-@pytest.mark.parametrize("method", ["astra", "unidec", "ramen"])
-def test_other_methods_two_ranks_train_like_one_process(method, tmp_path):
+OTHER = {"astra": ("astra", {}),
+         "astra_sharded": ("astra", {"shard": True, "async": True, "shared": True, "epochs": 3}),
+         "unidec": ("unidec", {}), "unidec_sharded": ("unidec", {"shard": True}),
+         "ramen": ("ramen", {}), "maclr_stage1": ("maclr", {})}
+
+
+@pytest.mark.parametrize("case", list(OTHER))
+def test_other_methods_two_ranks_train_like_one_process(case, tmp_path):
     import torch.multiprocessing as mp
 
+    method, opts = OTHER[case]
     torch.set_num_threads(1)
-    TRAIN[method]({}, tmp_path / "one", tmp_path / "one.json")
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), {}, str(tmp_path / "two"), str(tmp_path / "two.json"), method),
+    TRAIN[method](opts, tmp_path / "one", tmp_path / "one.json")
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), opts, str(tmp_path / "two"), str(tmp_path / "two.json"), method),
              nprocs=2, join=True)
     one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
     assert two["world"] == 2 and len(one["loss"]) == len(two["loss"]) >= 4
     assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5), (one["loss"][:3], two["loss"][:3])
     assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
+    if opts.get("shard"):   # rank 0 held its half of the table: 40 labels -> rows 0..19
+        assert (one["rows_held"], two["rows_held"]) == (40, 20)
+    if method == "maclr":
+        assert one["reclustered_at"] == two["reclustered_at"] and len(one["reclustered_at"]) >= 2
+
+
+def test_killed_label_sharded_run_resumes_to_the_same_model(tmp_path):
+    """Two ranks with a label-sharded ASTRA table, checkpointing every 2 steps, die hard at step 9 (after the
+    background refresh of epoch 2 was started); rerun, every rank resumes from the newest step all ranks hold and
+    the run ends with the model of an uninterrupted single process."""
+    import torch.multiprocessing as mp
+
+    torch.set_num_threads(1)
+    opts = {"shard": True, "async": True, "epochs": 3, "checkpoint_every_steps": 2}
+    _train_astra(opts, tmp_path / "one", tmp_path / "one.json")
+    with pytest.raises(mp.ProcessExitedException):
+        mp.spawn(_worker, args=(2, str(tmp_path / "init1"), {**opts, "die_at": 9}, str(tmp_path / "two"),
+                                str(tmp_path / "two.json"), "astra"), nprocs=2, join=True)
+    left = sorted(p.name for p in (tmp_path / "two").glob("checkpoint*.pt"))
+    assert left == ["checkpoint.rank0.step8.pt", "checkpoint.rank1.step8.pt"], left
+    mp.spawn(_worker, args=(2, str(tmp_path / "init2"), opts, str(tmp_path / "two"), str(tmp_path / "two.json"),
+                            "astra"), nprocs=2, join=True)
+    one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
+    assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5)
+    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
+    assert not list((tmp_path / "two").glob("checkpoint*.pt")) and (tmp_path / "two" / "completed.json").is_file()
 
 
 def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):

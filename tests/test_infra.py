@@ -80,3 +80,76 @@ def test_prefect_yaml_deployments_point_at_real_flows():
 def test_k8s_manifests_parse():
     docs = [d for d in yaml.safe_load_all((INFRA / "k8s/gpu-worker.yaml").read_text()) if d]
     assert {d["kind"] for d in docs} >= {"Namespace", "ServiceAccount", "Role", "RoleBinding", "PersistentVolumeClaim", "Deployment"}
+
+
+def _manifest(name: str) -> dict:
+    docs = [d for d in yaml.safe_load_all((INFRA / "k8s" / name).read_text()) if d]
+    assert len(docs) == 1
+    return docs[0]
+
+
+def _mounts_workspace_and_shm(pod: dict) -> dict:
+    """The pod's one container, after checking the PVC at /workspace and a memory-backed /dev/shm."""
+    (container,) = pod["containers"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert volumes[mounts["/workspace"]]["persistentVolumeClaim"]["claimName"] == "xmc-workspace"
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert container["workingDir"] == "/workspace/xmc" and container["image"] == "xmc-gpu:latest"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "DVC_NO_ANALYTICS": "1",
+            "TOKENIZERS_PARALLELISM": "false"}.items() <= env.items()
+    return container
+
+
+def _torchrun_stage(command: list[str]) -> list[str]:
+    """The torchrun options of a container command that runs `torchrun ... -m stages.train <run>`."""
+    launcher = ["python", "-m", "torch.distributed.run"]
+    assert command[:3] == launcher or command[0] == "torchrun", command
+    options = command[3:] if command[:3] == launcher else command[1:]
+    assert options[-3:-1] == ["-m", "stages.train"] and re.fullmatch(r"[\w.-]+", options[-1]), command
+    return options[:-3]
+
+
+def test_pytorchjob_trains_one_run_over_master_and_workers_with_torchrun():
+    job = _manifest("pytorchjob-train.yaml")
+    assert job["apiVersion"] == "kubeflow.org/v1" and job["kind"] == "PyTorchJob"
+    assert job["metadata"]["namespace"] == "xmc"
+    specs = job["spec"]["pytorchReplicaSpecs"]
+    assert set(specs) == {"Master", "Worker"} and specs["Master"]["replicas"] == 1 and specs["Worker"]["replicas"] >= 1
+    for spec in specs.values():
+        container = _mounts_workspace_and_shm(spec["template"]["spec"])
+        assert container["name"] == "pytorch"   # the operator's container name (ports, env)
+        gpus = container["resources"]["limits"]["nvidia.com/gpu"]
+        assert int(gpus) >= 1 and str(gpus) == str(job["spec"]["nprocPerNode"])   # one rank per GPU
+        # no rendezvous options: torchrun takes them from the operator's PET_* env
+        assert _torchrun_stage(container["command"]) == []
+
+
+def test_jobset_ranks_nodes_by_completion_index_and_meets_at_pod_zero():
+    js = _manifest("jobset-train.yaml")
+    assert js["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and js["kind"] == "JobSet"
+    assert js["metadata"]["namespace"] == "xmc" and js["spec"]["network"]["enableDNSHostnames"] is True
+    (rjob,) = js["spec"]["replicatedJobs"]
+    job = rjob["template"]["spec"]
+    assert rjob["replicas"] == 1 and job["completionMode"] == "Indexed"
+    container = _mounts_workspace_and_shm(job["template"]["spec"])
+    pairs = (o.split("=", 1) for o in _torchrun_stage(container["command"]))
+    opts = {k.lstrip("-").replace("-", "_"): v for k, v in pairs}
+    assert opts["node_rank"] == "$(JOB_COMPLETION_INDEX)"
+    assert int(opts["nnodes"]) == job["parallelism"] == job["completions"]
+    assert int(opts["nproc_per_node"]) == int(container["resources"]["limits"]["nvidia.com/gpu"])
+    # pod 0's stable hostname: <jobset>-<replicatedJob>-<job index>-<pod index>.<subdomain (default: the jobset)>
+    name = js["metadata"]["name"]
+    subdomain = js["spec"]["network"].get("subdomain") or name
+    master = opts.get("master_addr") or opts["rdzv_endpoint"].rsplit(":", 1)[0]
+    assert master == f"{name}-{rjob['name']}-0-0.{subdomain}"
+
+
+def test_kubernetes_pool_jobs_get_a_memory_backed_dev_shm():
+    tpl = json.loads((INFRA / "work-pools/gpu-kubernetes.json").read_text())
+    pod = tpl["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert mounts["/workspace"] == "workspace" and volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"

@@ -255,6 +255,9 @@ class TrainSection(Section):
     sparse_optimizer: Literal["row_adam", "torch_sparse_adam"] = "row_adam"
     # data-parallel ranks on this machine (torchrun; gloo on CPU, NCCL on GPUs; xmc.train.distributed)
     nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
+    # with > 1 rank: each rank holds only its slice of a per-label classifier table (ASTRA's W, UniDEC's Ψ) and
+    # its optimiser state; false = every rank holds the whole table
+    shard_label_tables: bool = True
     seed: Seed = 0
 
     @field_validator("device")

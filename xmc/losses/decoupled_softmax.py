@@ -28,3 +28,26 @@ class DecoupledSoftmaxLoss(nn.Module):
         # -log sigma_ij = logaddexp(s_ij, LSE_neg) - s_ij
         per_pair = torch.logaddexp(logits, neg_lse) - logits
         return mean_over_positives(per_pair, pos, weights)
+
+    def label_sharded(self, scores: torch.Tensor, positives: torch.Tensor, valid: torch.Tensor | None,
+                      weights: torch.Tensor | None, world: int) -> torch.Tensor:
+        """The same loss when this rank holds only a slice of the label columns (all-labels mode across ranks):
+        the negatives' log-sum-exp is combined from every rank's partial one, and the per-query sums over
+        positives are summed across ranks, both with autograd collectives; every rank returns the global loss."""
+        import torch.distributed as dist
+        import torch.distributed.nn.functional as dfn
+
+        logits, pos, valid = prepare(scores, positives, valid, self.temperature)
+        neg = valid & ~pos
+        local_lse = torch.logsumexp(logits.masked_fill(~neg, NEG_INF), dim=1, keepdim=True)   # (B, 1)
+        neg_lse = torch.logsumexp(torch.cat(dfn.all_gather(local_lse), dim=1), dim=1, keepdim=True)
+        per_pair = torch.logaddexp(logits, neg_lse) - logits
+        if weights is not None:
+            per_pair = per_pair * weights
+        sums = dfn.all_reduce((per_pair * pos).sum(1))
+        n_pos = pos.sum(1)
+        dist.all_reduce(n_pos)
+        has = n_pos > 0
+        if not has.any():
+            return sums.sum() * 0.0
+        return (sums / n_pos.clamp(min=1))[has].mean()

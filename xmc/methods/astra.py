@@ -41,6 +41,7 @@ from xmc.errors import ConfigError
 from xmc.io import load_tensors
 from xmc.negatives.base import CandidateBatch, NegativeSampler
 from xmc.methods.base import TrainerMethod, TrainingParts
+from xmc.train.label_table import LabelTable, merge_topk
 from xmc.train.objective import Objective
 
 log = logging.getLogger(__name__)
@@ -52,15 +53,16 @@ log = logging.getLogger(__name__)
 class ASTRAModel(nn.Module):
     """Encoder Φ + per-label linear classifiers W (weight and bias in one sparse table)."""
 
-    def __init__(self, encoder: TextEncoder, label_texts: Sequence[str], bias_init: float = 0.0) -> None:
+    def __init__(self, encoder: TextEncoder, label_texts: Sequence[str], bias_init: float = 0.0,
+                 shard_labels: bool = False) -> None:
         super().__init__()
         self.encoder = encoder
         self.label_texts = list(label_texts)
         self.dim = int(encoder.dim)
         # column d is the bias: it lets the model push every negative logit down at once, which the
-        # full one-vs-all loss (L - |P| negatives per query) asks for from the first step
-        self.W = nn.Embedding(self.n_labels, self.dim + 1, sparse=True)
-        nn.init.normal_(self.W.weight, std=self.dim**-0.5)
+        # full one-vs-all loss (L - |P| negatives per query) asks for from the first step.
+        # shard_labels: under torchrun each rank holds its slice of the rows (xmc.train.label_table)
+        self.W = LabelTable(self.n_labels, self.dim + 1, shard=shard_labels, init_std=self.dim**-0.5)
         with torch.no_grad():
             self.W.weight[:, -1] = bias_init
 
@@ -75,11 +77,19 @@ class ASTRAModel(nn.Module):
 
     def classifiers(self, label_ids: torch.Tensor | np.ndarray) -> torch.Tensor:
         idx = torch.as_tensor(np.asarray(label_ids), dtype=torch.long, device=self.W.weight.device)
-        if not torch.is_grad_enabled():
+        if not torch.is_grad_enabled() or self.W.sharded:
             return self.W(idx)
         # each distinct row gathered once: W's sparse gradient gets one row per distinct label of the step
         uniq, inv = torch.unique(idx, return_inverse=True)
         return self.W(uniq)[inv]
+
+    def classifier_scores(self, q: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
+        """<[Φ(x), 1], [w_l, b_l]> for 1-D ids (one list for the batch) or 2-D ids (a list per query); on a
+        label-sharded table each rank scores the rows it holds and the blocks are summed across ranks."""
+        if self.W.sharded:
+            return self.W.scores(q, label_ids.to(self.W.weight.device))
+        w = self.classifiers(label_ids)
+        return q @ w.T if label_ids.dim() == 1 else torch.einsum("bd,bcd->bc", q, w)
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """ASTRA: the encoder with Adam, the classifiers with SGD (``group_optimizer``)."""
@@ -88,7 +98,8 @@ class ASTRAModel(nn.Module):
     # ---- numpy views for the index, the evaluator and the miner --------------------------------
     @torch.no_grad()
     def all_label_vectors(self, batch_size: int = 256, progress: bool = True) -> np.ndarray:
-        return np.ascontiguousarray(self.W.weight.detach().float().cpu().numpy())
+        """[w_l, b_l] for every label (a label-sharded table is gathered: every rank must call this)."""
+        return np.ascontiguousarray(self.W.gathered().numpy())
 
     @torch.no_grad()
     def query_vectors_np(self, texts: Sequence[str], batch_size: int = 256, progress: bool = True) -> np.ndarray:
@@ -106,17 +117,21 @@ class ASTRAModel(nn.Module):
         """``label_text``: w_l := scale·Φ(z_l), so step 0 already ranks like the zero-shot dual encoder
         and labels without training points keep a meaningful vector; ``random``: N(0, 1/d)."""
         if how == "label_text":
-            z = self.encoder.encode(self.label_texts, "label", batch_size, False)
+            # this rank's rows only (all rows in one process); the encoder is not yet sharded, so no collective
+            z = self.encoder.encode(self.label_texts[self.W.lo : self.W.hi], "label", batch_size, False)
             self.W.weight[:, :-1] = torch.from_numpy(z * scale).to(self.W.weight.device)
         elif how != "random":
             raise ConfigError(f"astra.model.init_classifiers must be 'label_text' or 'random', not {how!r}")
 
     # ---- persistence -----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
+        W = self.W.gathered(dst=0)   # a label-sharded table comes together on rank 0, which alone writes it
+        if W is None:
+            return
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.encoder.save(path / "encoder")
-        torch.save({"W": self.W.weight.detach().cpu()}, path / "astra_classifiers.pt")
+        torch.save({"W": W}, path / "astra_classifiers.pt")
         (path / "astra.json").write_text(json.dumps({"dim": self.dim, "n_labels": self.n_labels}, indent=2))
 
     @classmethod
@@ -135,21 +150,36 @@ class ASTRAModel(nn.Module):
 # ------------------------------------------------------------------------------------------------
 # negatives
 # ------------------------------------------------------------------------------------------------
-def mine_classifier_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, k_h: int,
-                              out: np.ndarray, index_kind: str = "exact", **index_kw: Any) -> None:
-    """Top-k_h labels per query by inner product with ``label_vecs``, positives dropped, into ``out``
-    (N x k_h int32, -1 padded; rows of queries without a vector stay -1). The index is discarded."""
+def search_label_vectors(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, k_h: int,
+                         index_kind: str = "exact", label_offset: int = 0,
+                         **index_kw: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, scores, global ids): the top-(k_h + most positives of a row) labels of ``label_vecs`` (rows
+    ``label_offset ...`` of the table: a rank's shard) for every query with a vector. The index is discarded."""
     Y = Y.tocsr()
     max_pos = int(np.diff(Y.indptr).max()) if Y.shape[0] else 0
     index = ANNIndex(kind=index_kind, **index_kw).build(np.ascontiguousarray(label_vecs, dtype=np.float32))
     rows = np.flatnonzero(np.isfinite(query_vecs[:, 0]))
-    _, ids = index.search(np.ascontiguousarray(query_vecs[rows], dtype=np.float32), min(k_h + max_pos, len(label_vecs)))
+    D, ids = index.search(np.ascontiguousarray(query_vecs[rows], dtype=np.float32), min(k_h + max_pos, Y.shape[1]))
+    del index
+    return rows, D, np.where(ids >= 0, ids + label_offset, -1)
+
+
+def fill_shortlist(Y: sp.csr_matrix, rows: np.ndarray, ids: np.ndarray, k_h: int, out: np.ndarray) -> None:
+    """``out[r]`` := row r's candidate ids without its positives, cut to k_h (-1 padded; other rows -1)."""
+    Y = Y.tocsr()
     out[:] = -1
     for r, row in zip(rows, ids):
         pos = Y.indices[Y.indptr[r] : Y.indptr[r + 1]]
         keep = row[(row >= 0) & ~np.isin(row, pos)][:k_h]
         out[r, : len(keep)] = keep
-    del index
+
+
+def mine_classifier_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, k_h: int,
+                              out: np.ndarray, index_kind: str = "exact", **index_kw: Any) -> None:
+    """Top-k_h labels per query by inner product with ``label_vecs``, positives dropped, into ``out``
+    (N x k_h int32, -1 padded; rows of queries without a vector stay -1)."""
+    rows, _, ids = search_label_vectors(Y, query_vecs, label_vecs, k_h, index_kind, **index_kw)
+    fill_shortlist(Y, rows, ids, k_h, out)
 
 
 class ASTRANegatives(NegativeSampler):
@@ -190,6 +220,8 @@ class ASTRANegatives(NegativeSampler):
         self.uniform_shared = bool(uniform_shared)
         self.work_dir = Path(work_dir) if work_dir is not None else None
         N = self.Y.shape[0]
+        # a label-sharded classifier table (set by _snapshot): each rank searches its shard, the top-k are merged
+        self._shard_ctx: Any = None
         # the previous epoch's query embeddings [Φ(x), 1], filled by the objective (NaN = not seen)
         self.query_buffer = np.full((N, dim + 1), np.nan, np.float32)
         self.shortlist: np.ndarray | None = None
@@ -210,29 +242,59 @@ class ASTRANegatives(NegativeSampler):
         if self.work_dir is None:
             return np.full(shape, -1, np.int32)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        path = self.work_dir / f"shortlist_epoch{epoch}.npy"
-        return np.lib.format.open_memmap(path, mode="w+", dtype=np.int32, shape=shape)
+        return np.lib.format.open_memmap(self._shortlist_path(epoch), mode="w+", dtype=np.int32, shape=shape)
 
-    def _snapshot(self, model: Any, query_texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(query vectors, label-side vectors) for mining; queries never seen yet are encoded now."""
+    def _shortlist_path(self, epoch: int) -> Path:
+        from xmc.train.distributed import context
+
+        ctx = context()   # the ranks of a data-parallel run share work_dir: one file each
+        return self.work_dir / f"shortlist_epoch{epoch}{f'.rank{ctx.rank}' if ctx.active else ''}.npy"
+
+    def _snapshot(self, model: Any, query_texts: list[str]) -> tuple[np.ndarray, np.ndarray, int]:
+        """(query vectors, label-side vectors, global id of their first row) for mining; queries never seen yet are
+        encoded now. A label-sharded classifier table gives this rank's rows (its shard of the index)."""
         has = np.diff(self.Y.indptr) > 0
         missing = np.flatnonzero(has & ~np.isfinite(self.query_buffer[:, 0]))
         qv = self.query_buffer.copy()
         if len(missing):
             qv[missing] = model.query_vectors_np([query_texts[i] for i in missing], self.encode_batch_size, False)
         qv[~has] = np.nan  # queries without positives are never trained on
-        lv = model.all_label_vectors() if self.mine_with == "classifiers" else model.label_text_vectors(self.encode_batch_size)
-        return qv, lv
+        if self.mine_with != "classifiers":
+            return qv, model.label_text_vectors(self.encode_batch_size), 0
+        table = getattr(model, "W", None)
+        if isinstance(table, LabelTable) and table.sharded:
+            self._shard_ctx = table.ctx
+            lv, offset = table.local_numpy()
+            return qv, lv, offset
+        return qv, model.all_label_vectors(), 0
 
-    def _mine(self, epoch: int, qv: np.ndarray, lv: np.ndarray, out: dict[str, Any]) -> None:
+    def _mine(self, epoch: int, qv: np.ndarray, lv: np.ndarray, offset: int, out: dict[str, Any]) -> None:
+        """Search (in the background thread with ``async_refresh``). On one label shard it stops at this rank's
+        top-k: the merge across ranks is a collective, made by every rank at :meth:`_install`."""
         t0 = time.perf_counter()
+        rows, D, ids = search_label_vectors(self.Y, qv, lv, self.k_h, self.index_kind, offset, **self.index_kw)
+        if self._shard_ctx is not None:
+            out["partial"], out["seconds"] = (rows, D, ids), time.perf_counter() - t0
+            return
+        out["shortlist"] = self._fill(epoch, rows, ids)
+        out["seconds"] = time.perf_counter() - t0
+
+    def _fill(self, epoch: int, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
         sl = self._shortlist_file(epoch)
-        mine_classifier_shortlist(self.Y, qv, lv, self.k_h, sl, self.index_kind, **self.index_kw)
+        fill_shortlist(self.Y, rows, ids, self.k_h, sl)
         if isinstance(sl, np.memmap):
             sl.flush()
-        out["shortlist"], out["seconds"] = sl, time.perf_counter() - t0
+        return sl
 
     def _install(self, epoch: int, result: dict[str, Any], extra_seconds: float = 0.0) -> None:
+        if "partial" in result:   # the sharded index's merge: every rank gets the global top-k
+            t0 = time.perf_counter()
+            rows, D, ids = result.pop("partial")
+            from xmc.train.distributed import context
+
+            _, ids = merge_topk(D, ids, ids.shape[1], self._shard_ctx or context())   # (or resumed from a checkpoint)
+            result["shortlist"] = self._fill(epoch, rows, ids)
+            result["seconds"] += time.perf_counter() - t0
         old = self.shortlist
         self.shortlist = result["shortlist"]
         self.refreshed_at.append(epoch)
@@ -241,7 +303,7 @@ class ASTRANegatives(NegativeSampler):
             # only the current shortlist is kept on disk
             path = Path(old.filename)
             del old
-            if path.exists() and path.name != f"shortlist_epoch{epoch}.npy":
+            if path.exists() and path != self._shortlist_path(epoch):
                 path.unlink()
         log.info("ASTRA shortlist (%s) refreshed for epoch %d in %.1f s", self.mine_with, epoch, self.refresh_seconds[-1])
 
@@ -255,17 +317,17 @@ class ASTRANegatives(NegativeSampler):
             self._install(epoch, result, result.get("snapshot_seconds", 0.0))
         elif self.due(epoch) and epoch not in self.refreshed_at:
             t0 = time.perf_counter()
-            qv, lv = self._snapshot(model, query_texts)
+            qv, lv, offset = self._snapshot(model, query_texts)
             result: dict[str, Any] = {}
-            self._mine(epoch, qv, lv, result)
+            self._mine(epoch, qv, lv, offset, result)
             self._install(epoch, result, time.perf_counter() - t0 - result["seconds"])
         # pipelining: mine next epoch's shortlist while this epoch trains (needs embeddings from at least one epoch)
         if self.async_refresh and self.due(epoch + 1) and epoch + 1 > self.start_epoch and self._pending is None \
                 and (epoch + 1) not in self.refreshed_at:
             t0 = time.perf_counter()
-            qv, lv = self._snapshot(model, query_texts)
+            qv, lv, offset = self._snapshot(model, query_texts)
             result = {"snapshot_seconds": time.perf_counter() - t0}
-            thread = threading.Thread(target=self._mine, args=(epoch + 1, qv, lv, result), daemon=True)
+            thread = threading.Thread(target=self._mine, args=(epoch + 1, qv, lv, offset, result), daemon=True)
             thread.start()
             self._pending = (epoch + 1, thread, result)
 
@@ -345,8 +407,9 @@ class ASTRANegatives(NegativeSampler):
     def state_dict(self) -> dict[str, Any]:
         self.finish_pending()
         pending = None
-        if self._pending is not None:  # a finished background refresh for the next epoch
-            pending = (self._pending[0], np.asarray(self._pending[2]["shortlist"]), self._pending[2]["seconds"])
+        if self._pending is not None:  # a finished background refresh for the next epoch (or this rank's part of it)
+            pending = (self._pending[0], {k: np.asarray(v) if k == "shortlist" else v
+                                          for k, v in self._pending[2].items()})
         return {"shortlist": None if self.shortlist is None else np.asarray(self.shortlist),
                 "refreshed_at": list(self.refreshed_at), "refresh_seconds": list(self.refresh_seconds),
                 "query_buffer": self.query_buffer, "pending": pending}
@@ -361,7 +424,7 @@ class ASTRANegatives(NegativeSampler):
         if pending is not None:
             done = threading.Thread(target=lambda: None)
             done.start()
-            self._pending = (pending[0], done, {"shortlist": pending[1], "seconds": pending[2]})
+            self._pending = (pending[0], done, dict(pending[1]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -377,8 +440,7 @@ class ASTRAObjective(Objective):
         if record is not None:
             record(batch.query_idx, q)
         cand = batch.extras["candidates"].to(q.device)
-        w = model.classifiers(cand)  # B x C x (d+1): only these rows get gradients
-        s = torch.einsum("bd,bcd->bc", q, w).float()
+        s = model.classifier_scores(q, cand).float()  # B x C: only these rows get gradients
         pos, valid, weights = self.targets(batch, q.device)
         per = F.binary_cross_entropy_with_logits(s, pos.float(), reduction="none") * weights * valid
         loss = per.sum(1).mean()
@@ -386,7 +448,7 @@ class ASTRAObjective(Objective):
         shared_part = 0.0
         if shared is not None:
             # the batch's shared uniform negatives: one (B x d) @ (d x R) product, label y = 0 for every entry
-            s_sh = (q @ model.classifiers(shared.to(q.device)).T).float()
+            s_sh = model.classifier_scores(q, shared.to(q.device)).float()
             ok = batch.extras["shared_valid"].to(q.device)
             per_sh = F.softplus(s_sh) * ok * batch.extras["shared_weight"]
             shared_loss = per_sh.sum(1).mean()
@@ -433,7 +495,7 @@ def build_astra_sampler(Y: sp.csr_matrix, dim: int, cfg: dict[str, Any] | None, 
 
 
 def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | None, label_texts: Sequence[str],
-                      Y_train: sp.csr_matrix | None = None) -> ASTRAModel:
+                      Y_train: sp.csr_matrix | None = None, shard_labels: bool = False) -> ASTRAModel:
     from xmc.config.schema import AstraModel, filled
     from xmc.encoders import build_encoder
 
@@ -446,7 +508,7 @@ def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | N
             raise ConfigError("astra.model.bias_init 'prior' needs the training label matrix")
         rate = min(max(Y_train.nnz / Y_train.shape[0] / len(label_texts), 1e-9), 0.5)
         bias = math.log(rate / (1 - rate))
-    model = ASTRAModel(build_encoder(encoder_cfg), label_texts, bias_init=float(bias))
+    model = ASTRAModel(build_encoder(encoder_cfg), label_texts, bias_init=float(bias), shard_labels=shard_labels)
     model.init_classifiers(model_cfg["init_classifiers"], float(model_cfg["init_scale"]))
     return model
 
@@ -458,7 +520,8 @@ class ASTRAMethod(TrainerMethod):
 
     def build(self, ctx: Any, ds: Any) -> TrainingParts:
         cfg = ctx.config
-        model = build_astra_model(cfg["encoder"], cfg["model"], ds.label_texts, ds.trn.Y)
+        model = build_astra_model(cfg["encoder"], cfg["model"], ds.label_texts, ds.trn.Y,
+                                  shard_labels=bool(cfg["train"].get("shard_label_tables", True)))
         sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg["negatives"]), Path(ctx.work_dir) / "shortlists")
 
         def after_fit(history: dict[str, Any]) -> dict[str, Any]:

@@ -42,9 +42,20 @@ def set_threads() -> None:
 
 
 def ranks_of(run: RunSpec) -> int:
-    """The data-parallel ranks a run asks for (``train.nproc_per_node``; methods without a ``train`` section: 1)."""
-    train = run.config.get("train")
-    return int(train["nproc_per_node"]) if isinstance(train, dict) and "nproc_per_node" in train else 1
+    """The data-parallel ranks a run asks for: ``train.nproc_per_node``, or for MACLR's two stages their
+    ``stage1.train`` / ``stage2.train`` (one world for the whole run: they must agree); no ``train`` section: 1."""
+    from xmc.errors import ConfigError
+
+    found = {}
+    for where in ("", "stage1", "stage2"):
+        section = run.config.get(where) if where else run.config
+        train = section.get("train") if isinstance(section, dict) else None
+        if isinstance(train, dict) and "nproc_per_node" in train:
+            found[f"{where}.train" if where else "train"] = int(train["nproc_per_node"])
+    if len(set(found.values())) > 1:
+        raise ConfigError(f"run {run.name!r}: " + ", ".join(f"{k}.nproc_per_node {v}" for k, v in found.items())
+                          + " differ: one run trains in one set of ranks")
+    return next(iter(found.values()), 1)
 
 
 @dataclass

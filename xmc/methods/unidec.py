@@ -36,6 +36,7 @@ from xmc.losses import DecoupledSoftmaxLoss
 from xmc.negatives.base import CandidateBatch, pool_batch
 from xmc.negatives.samplers import HardNegativeShortlist
 from xmc.methods.base import TrainerMethod, TrainingParts
+from xmc.train.label_table import LabelTable
 from xmc.train.objective import Objective
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class UniDECModel(nn.Module):
     """
 
     def __init__(self, encoder: TextEncoder, label_texts: Sequence[str], dim: int = 256, dropout: float = 0.1,
-                 space: str = "concat", dropout_clf: float | None = None) -> None:
+                 space: str = "concat", dropout_clf: float | None = None, shard_labels: bool = False) -> None:
         super().__init__()
         if space not in SPACES:
             raise ConfigError(f"unidec space must be one of {SPACES}, not {space!r}")
@@ -72,9 +73,9 @@ class UniDECModel(nn.Module):
         for lin in (self.g1[0], self.g2[0]):
             nn.init.orthogonal_(lin.weight)
             nn.init.zeros_(lin.bias)
-        # sparse: a step touches only the pool's rows (the trainer gives it SparseAdam)
-        self.psi = nn.Embedding(self.n_labels, dim, sparse=True)
-        nn.init.normal_(self.psi.weight, std=dim**-0.5)
+        # sparse: a step touches only the pool's rows (the trainer gives it lazy Adam); shard_labels: under torchrun
+        # each rank holds its slice of the rows and their Adam moments (xmc.train.label_table)
+        self.psi = LabelTable(self.n_labels, dim, shard=shard_labels, init_std=dim**-0.5)
 
     @property
     def n_labels(self) -> int:
@@ -91,6 +92,11 @@ class UniDECModel(nn.Module):
 
     def classifiers(self, label_ids: np.ndarray) -> torch.Tensor:
         return self.psi(torch.as_tensor(np.asarray(label_ids), dtype=torch.long, device=self.psi.weight.device))
+
+    def classifier_scores(self, q_clf: torch.Tensor, label_ids: np.ndarray) -> torch.Tensor:
+        """<Φ_C(x), Ψ_l> for the pool (B x C); on a label-sharded Ψ the ranks' blocks are summed."""
+        ids = torch.as_tensor(np.asarray(label_ids), dtype=torch.long, device=self.psi.weight.device)
+        return self.psi.scores(q_clf, ids) if self.psi.sharded else q_clf @ self.psi(ids).T
 
     def param_groups(self) -> dict[str, list[nn.Parameter]]:
         """Paper §2: encoder 1e-4, projections 2e-4, Ψ 1e-3 - three groups with their own lr."""
@@ -116,7 +122,7 @@ class UniDECModel(nn.Module):
     def label_space_vectors(self, space: str, batch_size: int = 256, progress: bool = True) -> np.ndarray:
         if space not in SPACES:
             raise ConfigError(f"space must be one of {SPACES}")
-        psi_n = F.normalize(self.psi.weight.detach().float(), dim=-1).cpu().numpy()
+        psi_n = F.normalize(self.psi.gathered(), dim=-1).numpy()   # a sharded Ψ is gathered: a collective
         if space == "clf":
             return np.ascontiguousarray(psi_n)
         de, _ = self._heads_np(self.label_texts, "label", batch_size, progress)
@@ -141,7 +147,8 @@ class UniDECModel(nn.Module):
         """Ψ_l := Φ_C(z_l) (the CLF projection of label l's text, eval mode). The paper leaves Ψ's
         init open; this starts the classifier as a label-text retriever (so labels that never occur
         in training keep a meaningful vector) instead of from noise."""
-        _, clf = self._heads_np(self.label_texts, "label", batch_size, progress=False)
+        # this rank's rows (all in one process); the encoder is not yet sharded at build time, so no collective
+        _, clf = self._heads_np(self.label_texts[self.psi.lo : self.psi.hi], "label", batch_size, progress=False)
         self.psi.weight.data.copy_(torch.from_numpy(clf).to(self.psi.weight.device))
 
     @torch.no_grad()
@@ -155,8 +162,7 @@ class UniDECModel(nn.Module):
         unseen = np.flatnonzero(np.asarray(train_label_freq).ravel() == 0)
         if len(unseen):
             _, clf = self._heads_np([self.label_texts[i] for i in unseen], "label", batch_size, progress=False)
-            self.psi.weight.data[torch.from_numpy(unseen).to(self.psi.weight.device)] = \
-                torch.from_numpy(clf).to(self.psi.weight.device)
+            self.psi.set_rows(unseen, clf)
         return len(unseen)
 
     @torch.no_grad()
@@ -169,16 +175,18 @@ class UniDECModel(nn.Module):
         Returns the number of rows zeroed."""
         unseen = np.flatnonzero(np.asarray(train_label_freq).ravel() == 0)
         if len(unseen):
-            self.psi.weight.data[torch.from_numpy(unseen).to(self.psi.weight.device)] = 0.0
+            self.psi.set_rows(unseen, np.zeros((len(unseen), self.dim), np.float32))
         return len(unseen)
 
     # ---- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
+        psi = self.psi.gathered(dst=0)   # a label-sharded Ψ comes together on rank 0, which alone writes it
+        if psi is None:
+            return
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.encoder.save(path / "encoder")
-        torch.save({"g1": self.g1.state_dict(), "g2": self.g2.state_dict(), "psi": self.psi.weight.detach().cpu()},
-                   path / "unidec_heads.pt")
+        torch.save({"g1": self.g1.state_dict(), "g2": self.g2.state_dict(), "psi": psi}, path / "unidec_heads.pt")
         (path / "unidec.json").write_text(json.dumps({"dim": self.dim, "dropout": self.dropout_p,
                                                       "dropout_clf": self.dropout_clf, "n_labels": self.n_labels},
                                                      indent=2))
@@ -345,10 +353,9 @@ class UniDECObjective(Objective):
             raise ConfigError("UniDEC trains on a label pool; an all-labels batch has no PSL pool")
         q_de, q_clf = model.query_heads([query_texts[i] for i in batch.query_idx])
         z_de = model.label_de(batch.label_ids)
-        psi = model.classifiers(batch.label_ids)
         pos = batch.positives.to(q_de.device)
         s_de = (q_de @ z_de.T).float()
-        s_clf = (q_clf @ psi.T).float()
+        s_clf = model.classifier_scores(q_clf, batch.label_ids).float()
         de_q2l, de_l2q = self._both_ways(self.ds_de, s_de, pos, self.lam_de)
         clf_q2l, clf_l2q = self._both_ways(self.ds_clf, s_clf, pos, self.lam_clf)
         l_de = self.lam_de * de_q2l + (1 - self.lam_de) * de_l2q
@@ -417,13 +424,13 @@ def build_unidec_objective(cfg: dict[str, Any] | None) -> UniDECObjective:
 
 
 def build_unidec_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | None,
-                       label_texts: Sequence[str]) -> UniDECModel:
+                       label_texts: Sequence[str], shard_labels: bool = False) -> UniDECModel:
     from xmc.config.schema import UnidecModel, filled
     from xmc.encoders import build_encoder
 
     m = filled(UnidecModel, model_cfg, "unidec.model")
     model = UniDECModel(build_encoder(encoder_cfg), label_texts, dim=m["dim"], dropout=m["dropout"],
-                        dropout_clf=m["dropout_clf"])
+                        dropout_clf=m["dropout_clf"], shard_labels=shard_labels)
     if m["init_classifier"] == "label_text":
         model.init_classifiers_from_label_text()
     return model
@@ -439,7 +446,8 @@ class UniDECMethod(TrainerMethod):
 
     def build(self, ctx: Any, ds: Any) -> TrainingParts:
         cfg = ctx.config
-        model = build_unidec_model(cfg["encoder"], cfg["model"], ds.label_texts)
+        model = build_unidec_model(cfg["encoder"], cfg["model"], ds.label_texts,
+                                   shard_labels=bool(cfg["train"].get("shard_label_tables", True)))
         sampler = build_psl_sampler(ds.trn.Y, cfg["psl"])
         freq = np.asarray(ds.trn.Y.sum(0)).ravel()
 

@@ -28,11 +28,28 @@ class InBatchNegatives(NegativeSampler):
 
 def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, size: int,
                    index_kind: str = "exact") -> np.ndarray:
-    """Top-``size`` labels per query by inner product, positives removed; -1 pads (int32, N x size)."""
+    """Top-``size`` labels per query by inner product, positives removed; -1 pads (int32, N x size).
+
+    In a data-parallel run every rank searches its contiguous share of the queries and the shares are all-gathered,
+    so the search costs ``1/world`` per rank and every rank ends with the whole shortlist (each draws the same
+    global batch)."""
+    from xmc.train.distributed import initialised_context
+
     Y = Y.tocsr()
     index = ANNIndex(kind=index_kind).build(label_vecs)
-    _, ids = index.search(query_vecs, min(size + max_positives(Y), label_vecs.shape[0]))
-    return drop_positives(Y, ids, size)
+    k = min(size + max_positives(Y), label_vecs.shape[0])
+    ctx = initialised_context()
+    if ctx is None:
+        _, ids = index.search(query_vecs, k)
+        return drop_positives(Y, ids, size)
+    import torch
+
+    from xmc.train.distributed import gather_rows, shard_bounds
+
+    lo, hi = shard_bounds(len(query_vecs), ctx.world, ctx.rank)
+    _, ids = index.search(query_vecs[lo:hi], k)
+    mine = torch.from_numpy(drop_positives(Y[lo:hi], ids, size).astype(np.int64))
+    return gather_rows(mine, len(query_vecs), ctx.world).numpy().astype(np.int32)
 
 
 def max_positives(Y: sp.csr_matrix) -> int:

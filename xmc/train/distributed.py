@@ -50,6 +50,15 @@ def context() -> DistContext:
                        int(os.environ.get("LOCAL_RANK", 0)))
 
 
+def initialised_context() -> DistContext | None:
+    """This process's place in an initialised process group of more than one rank; None otherwise."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return context()
+    return None
+
+
 def init_from_env(backend: str = "auto") -> DistContext:
     """Join the process group torchrun describes (no-op for one process); gloo on CPU, NCCL with CUDA."""
     import torch.distributed as dist
@@ -98,9 +107,11 @@ class ShardedForward:
         self.encoder, self.ctx = encoder, ctx
         self.inner: Callable[..., torch.Tensor] = encoder.forward
 
+    local = False   # True inside :func:`encode_locally`: this rank encodes what it is given, nothing is gathered
+
     def __call__(self, texts: list[str], side: str = "query") -> torch.Tensor:
         n = len(texts)
-        if n == 0:
+        if n == 0 or self.local:
             return self.inner(texts, side)
         lo, hi = shard_bounds(n, self.ctx.world, self.ctx.rank)
         if hi > lo:
@@ -121,10 +132,28 @@ def shard_encoders(model: nn.Module, ctx: DistContext) -> list[nn.Module]:
     return encoders
 
 
+class encode_locally:
+    """Within it, the model's sharded encoders encode only what this rank passes them (its own label slice in the
+    label-sharded all-labels step), with no gather."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.forwards = [m.forward for m in model.modules() if isinstance(getattr(m, "forward", None), ShardedForward)]
+
+    def __enter__(self) -> None:
+        for f in self.forwards:
+            f.local = True
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self.forwards:
+            f.local = False
+
+
 def all_reduce_gradients(params: list[nn.Parameter], ctx: DistContext) -> None:
-    """Sum every parameter's gradient over the ranks (sparse gradients as sparse tensors)."""
+    """Sum every parameter's gradient over the ranks (sparse gradients as sparse tensors). Rows of a label-sharded
+    table (``label_sharded``, :mod:`xmc.train.label_table`) already hold their whole gradient and stay local."""
     import torch.distributed as dist
 
+    params = [p for p in params if not getattr(p, "label_sharded", False)]
     dense = [p.grad for p in params if p.grad is not None and not p.grad.is_sparse]
     if dense:
         flat = torch.cat([g.reshape(-1) for g in dense])   # one collective for all dense gradients

@@ -107,6 +107,12 @@ class Trainer:
         self.live, self.live_prefix = (live, live_prefix) if self.dist.is_main else (None, live_prefix)
         self.device = resolve_device(config.device)
         self.model.to(self.device)
+        # label-sharded tables (xmc.train.label_table): each rank holds different rows, so each rank checkpoints its
+        # own state, and a checkpoint resumes only at the world size that wrote it
+        self.label_sharded = any(getattr(p, "label_sharded", False) for p in model.parameters())
+        if self.label_sharded:
+            self.ckpt_path = self.out_dir / f"checkpoint.rank{self.dist.rank}.step*.pt"   # see _shard_files
+            fingerprint_extra = {**(fingerprint_extra or {}), "label_sharded_world": self.dist.world}
         self.fingerprint = config.fingerprint(fingerprint_extra)
         self.history: dict[str, list[dict[str, Any]]] = {"loss": [], "val": [], "epochs": []}
         self.optimizers = self._make_optimizers()
@@ -172,7 +178,7 @@ class Trainer:
     def save_checkpoint(self) -> None:
         from xmc.train.distributed import barrier
 
-        if not self.dist.is_main:   # every rank holds the same state: rank 0 writes it, the others wait
+        if not self.dist.is_main and not self.label_sharded:   # the same state on every rank: rank 0 writes it
             barrier(self.dist)
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
@@ -184,16 +190,53 @@ class Trainer:
             "sampler": self.sampler.state_dict(), "objective": self.objective.state_dict(), "history": self.history,
             "torch_rng": torch.get_rng_state(),
         }
-        save_checkpoint(state, self.ckpt_path)
+        if not self.label_sharded:
+            save_checkpoint(state, self.ckpt_path)
+            barrier(self.dist)
+            return
+        # each rank writes its shard's state under the step; an older file goes only after every rank has written
+        # the new one, so a kill at any moment leaves a step that all ranks hold (try_resume picks it)
+        current = self.out_dir / f"checkpoint.rank{self.dist.rank}.step{self.global_step}.pt"
+        save_checkpoint(state, current)
         barrier(self.dist)
+        for path in self._shard_files().values():
+            if path != current:
+                path.unlink(missing_ok=True)
+
+    def _shard_files(self) -> dict[int, Path]:
+        """This rank's step-stamped checkpoints of a label-sharded run: {global step: file}."""
+        found = {}
+        clean_stale_temporaries(self.ckpt_path)   # its name is the files' glob pattern
+        for path in self.out_dir.glob(f"checkpoint.rank{self.dist.rank}.step*.pt"):
+            step = path.name[: -len(".pt")].rsplit(".step", 1)[-1]
+            if step.isdigit():
+                found[int(step)] = path
+        return found
+
+    def _resumable_file(self) -> Path | None:
+        """The checkpoint to resume from: the one file (one process or replicated ranks), or the newest step that
+        every rank of a label-sharded run holds."""
+        if not self.label_sharded:
+            clean_stale_temporaries(self.ckpt_path)
+            return self.ckpt_path if self.ckpt_path.exists() else None
+        import torch.distributed as dist
+
+        files = self._shard_files()
+        mine = torch.full((4,), -1, dtype=torch.long)
+        for i, step in enumerate(sorted(files)[-4:]):
+            mine[i] = step
+        every = [torch.empty_like(mine) for _ in range(self.dist.world)]
+        dist.all_gather(every, mine)
+        common = set.intersection(*({int(x) for x in t if x >= 0} for t in every))
+        return files[max(common)] if common else None
 
     def try_resume(self) -> bool:
-        clean_stale_temporaries(self.ckpt_path)
-        if not self.ckpt_path.exists():
+        path = self._resumable_file()
+        if path is None:
             return False
-        state = load_checkpoint(self.ckpt_path, map_location=self.device)
+        state = load_checkpoint(path, map_location=self.device)
         if state.get("fingerprint") != self.fingerprint:
-            log.info("checkpoint %s is from other settings; starting afresh", self.ckpt_path)
+            log.info("checkpoint %s is from other settings; starting afresh", path)
             return False
         self.model.load_state_dict(state["model"])
         for o, st in zip(self.optimizers, state["optimizers"]):
@@ -206,7 +249,7 @@ class Trainer:
         self.history = state["history"]
         torch.set_rng_state(state["torch_rng"])
         self.epoch, self.step_in_epoch, self.global_step = state["epoch"], state["step_in_epoch"], state["global_step"]
-        log.info("resumed from %s at epoch %d step %d", self.ckpt_path, self.epoch, self.step_in_epoch)
+        log.info("resumed from %s at epoch %d step %d", path, self.epoch, self.step_in_epoch)
         return True
 
     def _check_ranks_agree(self) -> None:
@@ -237,23 +280,40 @@ class Trainer:
         3) re-encode each chunk with a graph (same RNG state, so the same dropout) and
            backpropagate its cached gradient. Memory is bounded by the chunk size.
         """
+        from contextlib import nullcontext
+
+        from xmc.train.distributed import encode_locally, shard_bounds
+
         L, chunk = self.model.n_labels, self.cfg.label_chunk_size
-        starts = list(range(0, L, chunk))
+        # across ranks, with a loss that has a label-sharded form: each rank encodes and scores only its slice of
+        # the labels and the loss combines the ranks' normalisers (no rank holds B x L scores); otherwise every
+        # rank encodes its share of each chunk and gathers them (the global B x L block on each rank)
+        sharded = self.dist.active and hasattr(self.objective.loss, "label_sharded") and L >= self.dist.world
+        lo, hi = shard_bounds(L, self.dist.world, self.dist.rank) if sharded else (0, L)
+        local = encode_locally(self.model) if sharded else nullcontext()
+        starts = list(range(lo, hi, chunk))
         rng_states, cached = [], []
-        with torch.no_grad():
+        with torch.no_grad(), local:
             for s in starts:
                 rng_states.append(torch.get_rng_state())
-                cached.append(self.model.label_vectors(np.arange(s, min(s + chunk, L))).float())
+                cached.append(self.model.label_vectors(np.arange(s, min(s + chunk, hi))).float())
         Z = torch.cat(cached).requires_grad_(True)
         q = self.model.query_vectors(texts)
-        loss = self.objective.loss((q.float() @ Z.T), pos, valid, weights)
+        if sharded:
+            cols = slice(lo, hi)
+            loss = self.objective.loss.label_sharded(q.float() @ Z.T, pos[:, cols],
+                                                     None if valid is None else valid[:, cols],
+                                                     None if weights is None else weights[:, cols], self.dist.world)
+        else:
+            loss = self.objective.loss((q.float() @ Z.T), pos, valid, weights)
         (loss / self.dist.world).backward()
         G = Z.grad
         current = torch.get_rng_state()
-        for s, st in zip(starts, rng_states):
-            torch.set_rng_state(st)
-            z = self.model.label_vectors(np.arange(s, min(s + chunk, L)))
-            z.float().backward(G[s : s + chunk])
+        with local:
+            for s, st in zip(starts, rng_states):
+                torch.set_rng_state(st)
+                z = self.model.label_vectors(np.arange(s, min(s + chunk, hi)))
+                z.float().backward(G[s - lo : s - lo + chunk])
         torch.set_rng_state(current)
         return float(loss.detach())
 
@@ -337,7 +397,11 @@ class Trainer:
 
         barrier(self.dist)
         if not self.dist.is_main:
+            for path in self._shard_files().values() if self.label_sharded else ():   # its own shard's state
+                path.unlink(missing_ok=True)
             return
+        for path in self._shard_files().values() if self.label_sharded else ():
+            path.unlink(missing_ok=True)
         clean_stale_temporaries(self.ckpt_path)
         self.ckpt_path.unlink(missing_ok=True)
         self.out_dir.mkdir(parents=True, exist_ok=True)
