@@ -17,7 +17,7 @@ export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: setup run select seeds ablations test repro report clean-outputs push pull serve
+.PHONY: setup run select seeds ablations test repro report clean-outputs push pull serve scale-bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +88,12 @@ ablations: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# the pipeline's cost curve on synthetic data, 10^4 to 10^6 labels (hours; not part of run or test):
+# bench/scale.json, bench/scale.png. SIZES=1e4,1e5 for a shorter curve
+SIZES ?= 1e4,1e5,1e6
+scale-bench: setup
+	$(BIN)/python -m bench.scale --sizes $(SIZES)
 
 report: setup
 	@cat reports/comparison.md

@@ -44,9 +44,12 @@ def derive_sets(params: dict, gcfg: dict, ds) -> dict[str, AnchorSet]:
         if not gcfg["wordnet_dir"] or not Path(gcfg["wordnet_dir"]).is_dir():
             raise ConfigError(f"params.yaml: ramen.graph.wordnet_dir: {gcfg['wordnet_dir']!r} is not a folder "
                               f"(needed by ramen.graph.wordnet.enabled)")
-        sets["wordnet"] = wordnet_label_set(side, gcfg["wordnet_dir"], ds.n_labels,
-                                            list(wcfg["relations"]), wcfg["hypernym_levels"],
-                                            label_uids=list(ds.label_uids))
+        wn = wordnet_label_set(side, gcfg["wordnet_dir"], ds.n_labels, list(wcfg["relations"]),
+                               wcfg["hypernym_levels"], label_uids=list(ds.label_uids))
+        if len(wn.anchor_ids):
+            sets["wordnet"] = wn
+        else:   # a label graph whose nodes are not WordNet synsets (a dataset's own taxonomy): nothing to anchor on
+            log.warning("wordnet label set skipped: none of the label graph's nodes is a WordNet synset")
     dcfg = gcfg["document"]
     if dcfg["enabled"] and not any(g is not None for g in (ds.trn.groups or [])):
         log.warning("document query set skipped: the training instances have no document groups")

@@ -335,3 +335,67 @@ def test_row_adam_follows_torch_sparse_adam():
     sa, sb = oa.state[a.weight], ob.state[b.weight]
     assert sa["step"] == sb["step"] == 20
     assert torch.allclose(sa["exp_avg"], sb["exp_avg"], atol=1e-6) and torch.allclose(sa["exp_avg_sq"], sb["exp_avg_sq"], atol=1e-6)
+
+
+def _drop_positives_reference(Y, ids, size):
+    """The per-row loop the vectorised version replaced."""
+    out = np.full((len(ids), size), -1, np.int32)
+    for i, row in enumerate(ids):
+        pos = Y.indices[Y.indptr[i] : Y.indptr[i + 1]]
+        keep = row[(row >= 0) & ~np.isin(row, pos)][:size]
+        out[i, : len(keep)] = keep
+    return out
+
+
+def test_drop_positives_matches_the_per_row_loop():
+    from xmc.negatives.samplers import drop_positives
+
+    rng = np.random.default_rng(3)
+    L, N = 50, 300
+    Y = sp.random(N, L, density=0.08, format="csr", random_state=3, dtype=np.float32)
+    Y.data[:] = 1
+    ids = np.stack([rng.permutation(L)[:20] for _ in range(N)])
+    ids[rng.random(ids.shape) < 0.1] = -1   # padding from a short search
+    for size in (1, 5, 20):
+        assert np.array_equal(drop_positives(Y, ids, size, chunk=64), _drop_positives_reference(Y, ids, size))
+
+
+def test_shortlist_search_is_not_widened_by_the_largest_row():
+    """One instance with most labels as positives: the first pass searches size + the typical row's count, only
+    that row is searched again, and the shortlist equals one search widened by the largest row."""
+    from xmc.ann import ANNIndex
+    from xmc.negatives.samplers import drop_positives, max_positives, search_without_positives
+
+    rng = np.random.default_rng(0)
+    N, L, d, size = 400, 300, 16, 10
+    rows = [rng.choice(L, 2, replace=False) for _ in range(N)]
+    rows[7] = np.arange(250)   # the outlier: 250 positives
+    Y = sp.csr_matrix((np.ones(sum(map(len, rows)), np.float32),
+                       (np.repeat(np.arange(N), [len(r) for r in rows]), np.concatenate(rows))), shape=(N, L))
+    q, z = rng.standard_normal((N, d)).astype(np.float32), rng.standard_normal((L, d)).astype(np.float32)
+    index = ANNIndex(kind="exact").build(z)
+    widths = []
+    search = index.search
+    index.search = lambda x, k, **kw: (widths.append((len(x), k)), search(x, k, **kw))[1]
+    got = search_without_positives(index, Y, q, size)
+    _, wide = search(q, size + max_positives(Y))
+    assert np.array_equal(got, drop_positives(Y, wide, size))
+    assert widths[0] == (N, size + 2) and widths[1:] == [(1, size + 250)]
+    assert (got[7] >= 250).all()
+
+
+def test_auto_index_is_exact_up_to_its_size_then_hnsw_and_reports_recall_against_exact(tmp_path):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3000, 24)).astype(np.float32)
+    q = rng.standard_normal((200, 24)).astype(np.float32)
+    small = ANNIndex(kind="auto", auto_exact_max=5000, use_gpu=False).build(x)
+    big = ANNIndex(kind="auto", auto_exact_max=1000, use_gpu=False, hnsw_m=8, ef_search=16).build(x)
+    assert (small.kind, big.kind) == ("exact", "hnsw")
+    _, exact_ids = small.search(q, 50)
+    assert small.recall_against_exact(q, exact_ids, 50) == 1.0
+    _, approx_ids = big.search(q, 50)
+    r = big.recall_against_exact(q, approx_ids, 50)
+    truth = [len(set(a) & set(t)) / 50 for a, t in zip(approx_ids, exact_ids)]
+    assert abs(r - float(np.mean(truth))) < 1e-9 and 0.3 < r < 1.0
+    big.save(tmp_path / "idx")   # the resolved kind is what a package loads
+    assert ANNIndex.load(tmp_path / "idx", use_gpu=False).kind == "hnsw"

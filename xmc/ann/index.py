@@ -25,10 +25,13 @@ def gpu_available() -> bool:
 
 class ANNIndex:
     def __init__(self, kind: str = "exact", hnsw_m: int = 32, ef_construction: int = 200, ef_search: int = 128,
-                 nlist: int | None = None, nprobe: int = 16, use_gpu: str | bool = "auto", threads: int | None = None) -> None:
-        if kind not in ("exact", "hnsw", "ivf"):
-            raise ConfigError(f"unknown index kind {kind!r} (expected exact, hnsw or ivf)")
+                 nlist: int | None = None, nprobe: int = 16, use_gpu: str | bool = "auto", threads: int | None = None,
+                 auto_exact_max: int = 200_000) -> None:
+        if kind not in ("exact", "hnsw", "ivf", "auto"):
+            raise ConfigError(f"unknown index kind {kind!r} (expected exact, hnsw, ivf or auto)")
+        # auto: chosen at build from the number of vectors (exact up to auto_exact_max; then HNSW, IVF on a GPU)
         self.kind, self.hnsw_m, self.ef_construction, self.ef_search = kind, hnsw_m, ef_construction, ef_search
+        self.auto_exact_max = int(auto_exact_max)
         self.nlist, self.nprobe, self.use_gpu, self.threads = nlist, nprobe, use_gpu, threads
         self.index: Any = None
         self.on_gpu = False
@@ -40,11 +43,13 @@ class ANNIndex:
         from xmc.config.schema import IndexConfig, filled
 
         icfg = filled(IndexConfig, icfg, "index")
-        return cls(kind=icfg["kind"], hnsw_m=icfg["hnsw_m"], ef_search=icfg["ef_search"], nprobe=icfg["nprobe"])
+        return cls(kind=icfg["kind"], hnsw_m=icfg["hnsw_m"], ef_search=icfg["ef_search"], nprobe=icfg["nprobe"],
+                   auto_exact_max=icfg["auto_exact_max"])
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "hnsw_m": self.hnsw_m, "ef_construction": self.ef_construction,
-                "ef_search": self.ef_search, "nlist": self.nlist, "nprobe": self.nprobe}
+                "ef_search": self.ef_search, "nlist": self.nlist, "nprobe": self.nprobe,
+                "auto_exact_max": self.auto_exact_max}
 
     def build(self, vectors: np.ndarray) -> ANNIndex:
         import faiss
@@ -53,6 +58,9 @@ class ANNIndex:
             faiss.omp_set_num_threads(self.threads)
         x = np.ascontiguousarray(vectors, dtype=np.float32)
         n, d = x.shape
+        if self.kind == "auto":
+            self.kind = "exact" if n <= self.auto_exact_max else ("ivf" if self.use_gpu is not False and gpu_available()
+                                                                  else "hnsw")
         if self.kind == "exact":
             index = faiss.IndexFlatIP(d)
         elif self.kind == "hnsw":
@@ -83,6 +91,22 @@ class ANNIndex:
                 faiss.GpuParameterSpace().set_index_parameter(self.index, "nprobe", self.nprobe)
             else:
                 self.index.nprobe = self.nprobe
+
+    def vectors(self) -> np.ndarray:
+        """The indexed vectors (flat storage of every kind here; IVF gets its direct map made first)."""
+        import faiss
+
+        index = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index
+        if self.kind == "ivf":
+            index.make_direct_map()
+        return index.reconstruct_n(0, index.ntotal)
+
+    def recall_against_exact(self, queries: np.ndarray, ids: np.ndarray, k: int) -> float:
+        """Mean |approximate top-k ∩ exact top-k| / k for these queries (``ids``: this index's answers)."""
+        exact = ANNIndex(kind="exact", use_gpu=False).build(self.vectors())
+        _, truth = exact.search(queries, k)
+        hits = [len(set(a[:k][a[:k] >= 0]) & set(t[t >= 0])) / max(1, int((t >= 0).sum())) for a, t in zip(ids, truth)]
+        return float(np.mean(hits)) if hits else 1.0
 
     @property
     def ntotal(self) -> int:

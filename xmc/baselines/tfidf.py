@@ -10,11 +10,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import TfidfVectorizer
-from tqdm import tqdm
 
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, save_csr, save_npz_deterministic
-from xmc.predictions import TopK, topk_from_scores, topk_from_sparse
+from xmc.predictions import TopK, topk_from_scores
+from xmc.sparse_topk import csr_topk, iter_sparse_product_topk, sparse_product_topk
 
 
 TFIDF_SPLITS = ("trn", "val", "lbl")  # what the tfidf stage transforms; test rows are transformed at prediction
@@ -110,24 +110,30 @@ def label_prior_predict(train_label_freq: np.ndarray, n_rows: int, k: int) -> To
 
 
 def tfidf_zero_shot(X_query: sp.csr_matrix, X_label: sp.csr_matrix, k: int, chunk: int = 512) -> TopK:
-    """Cosine between instance and label TF-IDF vectors; no training labels used."""
-    XT = X_label.T.tocsc()
-    parts = []
-    for s in tqdm(range(0, X_query.shape[0], chunk), desc="tfidf zero-shot", unit="chunk", leave=False):
-        parts.append(topk_from_scores((X_query[s : s + chunk] @ XT).toarray(), k))
-    return TopK(np.vstack([p.indices for p in parts]), np.vstack([p.scores for p in parts]))
+    """Cosine between instance and label TF-IDF vectors; no training labels used.
+
+    Scores are sparse products of blocks of at most ``chunk`` query rows (fewer where the block's
+    product would pass :data:`xmc.sparse_topk.NNZ_BUDGET` nonzeros): no dense block x labels array,
+    so time and memory follow the nonzero scores, with millions of labels. Same ranking as a dense
+    top-k: labels sharing no term score 0 and fill rows with fewer than ``k`` matches, lowest ids first.
+    """
+    return sparse_product_topk(X_query, X_label, k, max_rows=chunk, desc="tfidf zero-shot")
 
 
 def knn_label_voting(X_query: sp.csr_matrix, X_train: sp.csr_matrix, Y_train: sp.csr_matrix, n_neighbors: int, k: int,
                      chunk: int = 512, power: float = 1.0) -> TopK:
-    """Each of the ``n_neighbors`` most similar training instances votes for its labels with sim**power."""
-    XT = X_train.T.tocsc()
+    """Each of the ``n_neighbors`` most similar training instances votes for its labels with sim**power.
+
+    Neighbours come from sparse query x training-instance products (see :func:`tfidf_zero_shot`), the
+    votes from a sparse (block x N_trn) weight matrix times ``Y_train``: nothing dense in N_trn or L."""
+    Y = Y_train.tocsr()
     parts = []
-    for s in tqdm(range(0, X_query.shape[0], chunk), desc="tfidf kNN", unit="chunk", leave=False):
-        sims = (X_query[s : s + chunk] @ XT).toarray()
-        nn = topk_from_scores(sims, n_neighbors)
+    for _, nn in iter_sparse_product_topk(X_query, X_train, n_neighbors, max_rows=chunk, desc="tfidf kNN"):
         valid = nn.indices >= 0
-        rows = np.repeat(np.arange(sims.shape[0]), n_neighbors).reshape(nn.indices.shape)[valid]
-        W = sp.csr_matrix((np.maximum(nn.scores[valid], 0) ** power, (rows, nn.indices[valid])), shape=(sims.shape[0], X_train.shape[0]))
-        parts.append(topk_from_sparse((W @ Y_train).tocsr(), k))
+        rows = np.nonzero(valid)[0]
+        W = sp.csr_matrix((np.maximum(nn.scores[valid], 0) ** power, (rows, nn.indices[valid])),
+                          shape=(nn.indices.shape[0], X_train.shape[0]))
+        parts.append(csr_topk(W @ Y, k, zeros_are_candidates=False))
+    if not parts:
+        return TopK(np.full((0, k), -1, np.int32), np.full((0, k), -np.inf, np.float32))
     return TopK(np.vstack([p.indices for p in parts]), np.vstack([p.scores for p in parts]))

@@ -27,7 +27,7 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 Prob = Annotated[float, Field(ge=0, le=1)]
 DropoutP = Annotated[float, Field(ge=0, lt=1)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
-IndexKind = Literal["exact", "hnsw", "ivf"]
+IndexKind = Literal["exact", "hnsw", "ivf", "auto"]
 SPLIT_WORDS = ("val", "tst")
 METRIC_RE = re.compile(r"^(P|nDCG|PSP|PSnDCG|R)@[1-9][0-9]*$")
 
@@ -577,6 +577,8 @@ class IndexConfig(Section):
     hnsw_m: Annotated[int, Field(ge=4, le=512)] = 32
     ef_search: Annotated[int, Field(gt=0, le=100_000)] = 128
     nprobe: Annotated[int, Field(gt=0, le=100_000)] = 16
+    # kind auto: exact up to this many labels, HNSW above (IVF on a GPU, where faiss has no HNSW)
+    auto_exact_max: Annotated[int, Field(ge=0)] = 200_000
     encode_batch_size: Annotated[int, Field(gt=0, le=65_536)] = 256
 
 

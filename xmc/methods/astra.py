@@ -166,12 +166,25 @@ def search_label_vectors(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: n
 
 def fill_shortlist(Y: sp.csr_matrix, rows: np.ndarray, ids: np.ndarray, k_h: int, out: np.ndarray) -> None:
     """``out[r]`` := row r's candidate ids without its positives, cut to k_h (-1 padded; other rows -1)."""
-    Y = Y.tocsr()
+    from xmc.negatives.samplers import drop_positives
+
     out[:] = -1
-    for r, row in zip(rows, ids):
-        pos = Y.indices[Y.indptr[r] : Y.indptr[r + 1]]
-        keep = row[(row >= 0) & ~np.isin(row, pos)][:k_h]
-        out[r, : len(keep)] = keep
+    if len(rows):
+        out[rows] = drop_positives(Y.tocsr()[rows], ids, k_h)
+
+
+def in_rows(sets: np.ndarray, items: np.ndarray, n_labels: int) -> np.ndarray:
+    """``out[b, j]``: is ``items[b, j]`` among ``sets[b]`` (a row of label ids, -1 = none)? Sorted (row, id) keys
+    and a binary search: O(B·(|items| + |sets|)) memory."""
+    B = len(items)
+    rows = np.arange(B, dtype=np.int64)[:, None]
+    keys = (rows * n_labels + sets)[sets >= 0]
+    if not keys.size:
+        return np.zeros(items.shape, bool)
+    keys = np.sort(keys, kind="stable")
+    q = rows * n_labels + items
+    at = np.searchsorted(keys, q).clip(max=len(keys) - 1)
+    return keys[at] == q
 
 
 def mine_classifier_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, k_h: int,
@@ -255,7 +268,9 @@ class ASTRANegatives(NegativeSampler):
         encoded now. A label-sharded classifier table gives this rank's rows (its shard of the index)."""
         has = np.diff(self.Y.indptr) > 0
         missing = np.flatnonzero(has & ~np.isfinite(self.query_buffer[:, 0]))
-        qv = self.query_buffer.copy()
+        # a copy only where needed: the background miner's snapshot (training keeps writing the buffer), or to add
+        # the unseen queries' current encodings without marking them seen; otherwise the buffer is read as is
+        qv = self.query_buffer.copy() if self.async_refresh or len(missing) else self.query_buffer
         if len(missing):
             qv[missing] = model.query_vectors_np([query_texts[i] for i in missing], self.encode_batch_size, False)
         qv[~has] = np.nan  # queries without positives are never trained on
@@ -334,11 +349,12 @@ class ASTRANegatives(NegativeSampler):
     # ---- batches -------------------------------------------------------------------------------------
     def _uniform(self, rng: np.random.Generator, shape: tuple[int, int], exclude: np.ndarray) -> np.ndarray:
         """Draws (with replacement) uniform over [L] minus each row's ``exclude`` entries (-1 = none),
-        by rejection: |exclude| << L, so a few rounds suffice. Vectorised over the batch."""
+        by rejection: |exclude| << L, so a few rounds suffice. Vectorised over the batch; membership by a sorted
+        key lookup, so memory is O(B·(k_r + k_h)), not the B x k_r x k_h comparison block."""
         draws = rng.integers(0, self.n_labels, size=shape)
         if exclude.size:
             for _ in range(64):
-                bad = (draws[:, :, None] == exclude[:, None, :]).any(2)
+                bad = in_rows(exclude, draws, self.n_labels)
                 if not bad.any():
                     break
                 draws[bad] = rng.integers(0, self.n_labels, size=int(bad.sum()))
@@ -378,7 +394,7 @@ class ASTRANegatives(NegativeSampler):
             s_ids = np.broadcast_to(shared, (B, len(shared)))
             s_ok = ~self._is_positive(query_idx, s_ids)
             if hard.shape[1]:
-                s_ok &= ~(s_ids[:, :, None] == hard[:, None, :]).any(2)
+                s_ok &= ~in_rows(hard, s_ids, L)
             k_uni = 0
         uni = self._uniform(rng, (B, k_uni), hard) if k_uni else np.zeros((B, 0), np.int64)
         u_ok = ~self._is_positive(query_idx, uni) if k_uni else np.zeros((B, 0), bool)

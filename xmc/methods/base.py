@@ -241,7 +241,8 @@ def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root
             (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
         index_seconds = time.perf_counter() - t0
         predictor = cls.load(root / "indexes" / variant, section, ds.label_texts)
-        by_split = {}
+        by_split: dict[str, float] = {}
+        index_recall: dict[str, Any] = {}
         for split in splits:
             t0 = time.perf_counter()
             texts = ds.split(split).texts
@@ -250,11 +251,19 @@ def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root
             I = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
             TopK(I.astype(np.int32), D.astype(np.float32)).save(root / "predictions" / variant / f"{split}_topk.npz")
             by_split[split] = round(time.perf_counter() - t0, 2)
+            index = getattr(predictor, "index", None)
+            if not index_recall and index is not None and index.kind != "exact" and hasattr(predictor, "query_vectors"):
+                # an approximate index (index.kind, or auto above auto_exact_max): its recall against exact search
+                m, kk = min(1000, len(texts)), min(100, k)
+                index_recall = {"index_recall_at": kk, "index_recall_queries": m, "index_recall": round(
+                    index.recall_against_exact(predictor.query_vectors(texts[:m]), I[:m], kk), 4)}
+                log.info("%s: %s index recall@%d against exact search %.4f (%d %s queries)", variant, index.kind, kk,
+                         index_recall["index_recall"], m, split)
         timing = {"train_seconds": method.train_seconds(run, params), "index_seconds": round(index_seconds, 2),
                   "predict_seconds": by_split.get("tst", by_split.get("val")), "predict_seconds_by_split": by_split,
                   "predictor": section["kind"], **{k_: v for k_, v in options.items()},
                   **({"index_kind": predictor.index.kind, "on_gpu": predictor.index.on_gpu}
-                     if hasattr(predictor, "index") else {})}
+                     if hasattr(predictor, "index") else {}), **index_recall}
         write_json(root / "predictions" / variant / "timing.json", timing)
         timings[variant] = timing
         log.info("predicted %s on %s (%s)", variant, " ".join(splits), section["kind"])

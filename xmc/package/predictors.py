@@ -97,7 +97,7 @@ def _index_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 def _index_options(options: dict[str, Any]) -> dict[str, Any]:
     icfg = _index_settings(options)
-    return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe")}
+    return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe", "auto_exact_max")}
 
 
 class DensePredictor(Predictor):

@@ -1,0 +1,267 @@
+"""The pipeline's cost curve against size: the default path on synthetic XMC data from 10^4 to 10^6 labels.
+
+For each size n (n training instances, n labels, n/10 test instances; ``bench.synthetic_xmc``: Zipf label
+frequencies, label texts, a label graph, document groups) a throw-away DVC workspace of this project is made with
+the *scale profile* of params (below) and its stages are run one by one in DVC's order (``dvc repro -s``), each
+timed, with the peak RSS of the stage's process tree (``os.wait4``). The methods: the label prior, TF-IDF
+zero-shot and kNN, one bag-of-words run of every trained family — DEXML with hard negatives refreshed every
+epoch, RAMEN with its graph stage, UniDEC, ASTRA with its ANN refresh — their predictions, evaluation, the
+report, and the ASTRA model package.
+
+    python -m bench.scale [--sizes 1e4,1e5,1e6] [--epochs 1] [--out bench/scale.json] [--plot bench/scale.png]
+    make scale-bench
+
+Writes per size and stage: seconds and peak RSS; per stage the growth exponent (least-squares slope of
+log cost on log n over the sizes run, and between consecutive sizes). Stops at the first size where a stage
+fails or goes past ``--stage-timeout`` and records why. Not a test (``tests/test_scale.py`` runs the same path
+at a small size).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
+BOW = {"kind": "bow", "dim": 256, "n_buckets": 262144, "ngram_max": 2, "tied": True, "dropout": 0.0, "seed": 0}
+METHODS = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "dexml_bow", "ramen", "unidec", "astra"]
+
+
+def scale_params(epochs: int) -> dict[str, Any]:
+    """The scale profile: the default path's methods on their bag-of-words profile, ``epochs`` epochs each."""
+    train = {"epochs": epochs, "eval_every_epochs": 0, "max_steps_per_epoch": 0, "checkpoint_every_steps": 0}
+    return {
+        "methods": METHODS, "reported": METHODS, "validated": METHODS,
+        "predictions": {"dexml_bow": "val tst", "ramen": "val tst", "astra": "val tst"},
+        "unidec_predictions": {"unidec": "val tst"},
+        "runs": {"dexml_bow": {"encoder": BOW, "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
+                                                              "shortlist_size": 100, "negatives_per_query": 2},
+                               "train": {"batch_size": 256, "lr": 0.01, **train}}},
+        "hybrid.runs": [], "hybrid.zero_shot_runs": [],
+        "astra.defaults.encoder": BOW, "astra.defaults.train.epochs": epochs,
+        "astra.defaults.train.eval_every_epochs": 0, "astra.defaults.negatives.start_epoch": 0,
+        "astra.runs": {"astra": {}},
+        "ramen.defaults.encoder": BOW, "ramen.defaults.train.epochs": epochs,
+        "ramen.defaults.train.eval_every_epochs": 0, "ramen.defaults.pruning.warmup_epochs": 0,
+        # the synthetic label graph is not WordNet: RAMEN regularises with the document (co-occurrence) set
+        "ramen.graph.wordnet.enabled": False, "ramen.runs": {"ramen": {}},
+        "unidec.defaults.encoder": BOW, "unidec.defaults.train.epochs": epochs,
+        "unidec.defaults.train.eval_every_epochs": 0, "unidec.runs": {"unidec": {}},
+        "maclr.runs": {}, "maclr.fewshot.runs": {}, "packages": ["astra"], "registry.promote": [],
+        "report.paired": [], "report.paired_ablations": [], "report.seeds": {}, "seed_runs": [], "ablations": [],
+        "selection.choices": {},
+    }
+
+
+def _set(params: dict[str, Any], dotted: str, value: Any) -> None:
+    node = params
+    *parents, last = dotted.split(".")
+    for k in parents:
+        node = node[k]
+    node[last] = value
+
+
+def make_workspace(dest: Path, dataset_dir: Path, overrides: dict[str, Any]) -> Path:
+    """A git + DVC copy of this project reading ``dataset_dir`` with ``overrides`` applied to params.yaml."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    params = yaml.safe_load((dest / "params.yaml").read_text())
+    _set(params, "data.dataset_dir", str(dataset_dir.resolve()))
+    _set(params, "data.subsample", {"trn": 0, "tst": 0, "unit": "documents", "labels": "all"})
+    for k, v in overrides.items():
+        _set(params, k, v)
+    (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"],
+                ["git", "add", "-A"], ["git", "commit", "-qm", "scale workspace"]):
+        subprocess.run(cmd, cwd=dest, env=_env(), check=True, capture_output=True)
+    return dest
+
+
+def _env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{e.get('PATH', '')}"
+    e["PYTHONPATH"] = ""
+    e.update({"DVC_NO_ANALYTICS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+              "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+              "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"})
+    return e
+
+
+_ORDER = """
+import json, sys
+import networkx as nx
+from dvc.repo import Repo
+repo = Repo(".")
+order = []
+for target in sys.argv[1:]:
+    for stage in repo.stage.collect(target):
+        for node in nx.dfs_postorder_nodes(repo.index.graph, stage):   # dependencies first
+            if node.addressing not in order:
+                order.append(node.addressing)
+print(json.dumps(order))
+"""
+
+
+def stage_order(repo: Path, targets: list[str]) -> list[str]:
+    """The stages ``dvc repro targets`` runs, dependencies first (DVC's own stage graph of the workspace)."""
+    p = subprocess.run([sys.executable, "-c", _ORDER, *targets], cwd=repo, env=_env(), capture_output=True, text=True)
+    if p.returncode != 0:
+        raise RuntimeError(f"reading the stage graph failed:\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def run_stage(repo: Path, stage: str, timeout: float) -> dict[str, Any]:
+    """``dvc repro -s stage``: wall seconds, peak RSS (MiB) of its process tree, exit status."""
+    t0 = time.perf_counter()
+    p = subprocess.Popen(["dvc", "repro", "-s", stage], cwd=repo, env=_env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = t0 + timeout
+    while True:
+        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.perf_counter() > deadline:
+            os.killpg(p.pid, 9)
+            pid, status, usage = os.wait4(p.pid, 0)
+            return {"stage": stage, "seconds": round(time.perf_counter() - t0, 2), "ok": False, "why": "timeout",
+                    "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+        time.sleep(0.2)
+    out = p.stdout.read() if p.stdout else ""
+    rc = os.waitstatus_to_exitcode(status)
+    row = {"stage": stage, "seconds": round(time.perf_counter() - t0, 2), "ok": rc == 0,
+           # Linux folds the largest reaped descendant's peak into the child's: the stage's own process
+           "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
+    if rc != 0:
+        row["why"] = out.strip().splitlines()[-1][:300] if out.strip() else f"exit {rc}"
+    return row
+
+
+def growth(sizes: list[int], values: list[float]) -> dict[str, Any]:
+    """Least-squares slope of log value on log size, and the slope between each pair of consecutive sizes."""
+    pts = [(math.log(n), math.log(max(v, 1e-3))) for n, v in zip(sizes, values)]
+    if len(pts) < 2:
+        return {"exponent": None, "pairwise": []}
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / max(sum((x - mx) ** 2 for x, _ in pts), 1e-12)
+    pair = [round((b[1] - a[1]) / (b[0] - a[0]), 2) for a, b in zip(pts, pts[1:])]
+    return {"exponent": round(slope, 2), "pairwise": pair}
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = [r["n"] for r in result["runs"]]
+    stages = sorted({s["stage"] for r in result["runs"] for s in r["stages"]})
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for stage in stages:
+        pts = [(r["n"], s) for r in result["runs"] for s in r["stages"] if s["stage"] == stage and s["ok"]]
+        if not pts:
+            continue
+        xs = [n for n, _ in pts]
+        axes[0].plot(xs, [s["seconds"] for _, s in pts], marker="o", label=stage)
+        axes[1].plot(xs, [s["peak_rss_mib"] for _, s in pts], marker="o", label=stage)
+    for ax, what in zip(axes, ("seconds", "peak RSS (MiB)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("training instances = labels")
+        ax.set_ylabel(what)
+        ax.grid(True, which="both", alpha=0.3)
+    axes[1].legend(fontsize=6, bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.suptitle(f"Pipeline cost against size (sizes {', '.join(f'{n:,}' for n in sizes)})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str]) -> dict[str, Any]:
+    from bench.synthetic_xmc import generate
+
+    data = work / f"data_{n}"
+    t0 = time.perf_counter()
+    stats = generate(data, n_train=n, n_labels=n, n_test=max(1000, n // 10), seed=0)
+    gen_seconds = time.perf_counter() - t0
+    repo = make_workspace(work / f"repo_{n}", data, scale_params(epochs))
+    rows = []
+    for stage in stage_order(repo, targets):
+        row = run_stage(repo, stage, stage_timeout)
+        rows.append(row)
+        print(f"  n={n:>9,}  {stage:32s} {row['seconds']:9.1f} s  {row['peak_rss_mib']:8.0f} MiB"
+              f"{'' if row['ok'] else '  FAILED: ' + row.get('why', '')}", flush=True)
+        if not row["ok"]:
+            break
+    metrics = {}
+    for m in METHODS:
+        f = repo / "metrics" / f"{m}.json"
+        if f.is_file():
+            d = json.loads(f.read_text())
+            metrics[m] = {k: d.get(k) for k in ("P@1", "P@5", "R@100")}
+    return {"n": n, "n_labels": n, "dataset": stats, "generate_seconds": round(gen_seconds, 1), "stages": rows,
+            "completed": all(r["ok"] for r in rows), "total_seconds": round(sum(r["seconds"] for r in rows), 1),
+            "peak_rss_mib": max((r["peak_rss_mib"] for r in rows), default=0.0), "metrics": metrics}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="1e4,1e5,1e6")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--work", default=str(ROOT / "bench" / ".scale"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "scale.json"))
+    ap.add_argument("--plot", default=str(ROOT / "bench" / "scale.png"))
+    ap.add_argument("--stage-timeout", type=float, default=3 * 3600)
+    ap.add_argument("--targets", default="report,package")
+    ap.add_argument("--keep", action="store_true", help="keep the workspaces and data (default: delete each)")
+    a = ap.parse_args(argv)
+    sizes = [int(float(s)) for s in a.sizes.split(",")]
+    work = Path(a.work)
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+                              "profile": {"methods": METHODS, "epochs": a.epochs, "encoder": BOW}, "runs": []}
+    for n in sizes:
+        print(f"size {n:,}", flush=True)
+        run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","))
+        result["runs"].append(run)
+        if not a.keep:
+            shutil.rmtree(work / f"repo_{n}", ignore_errors=True)
+            shutil.rmtree(work / f"data_{n}", ignore_errors=True)
+        if not run["completed"]:
+            print(f"stopping: size {n:,} did not complete", flush=True)
+            break
+    done = [r for r in result["runs"] if r["completed"]]
+    stages = sorted({s["stage"] for r in done for s in r["stages"]})
+    result["growth"] = {}
+    for stage in stages:
+        pts = [(r["n"], s) for r in done for s in r["stages"] if s["stage"] == stage]
+        result["growth"][stage] = {"seconds": growth([n for n, _ in pts], [s["seconds"] for _, s in pts]),
+                                   "peak_rss": growth([n for n, _ in pts], [s["peak_rss_mib"] for _, s in pts])}
+    Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
+    if a.plot and result["runs"]:
+        plot(result, Path(a.plot))
+    print("growth exponents (seconds, peak RSS) over the sizes that completed:")
+    for stage, g in result["growth"].items():
+        print(f"  {stage:32s} {g['seconds']['exponent']!s:>6} {g['peak_rss']['exponent']!s:>6}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
