@@ -46,8 +46,8 @@ stays under 1 GB for 10^6 x 10^6 (about 15 s on one core) and the bytes do not d
 
 RAMEN's graph stage on this data: with ``ramen.graph.source_dir: null`` it derives the ``document`` set from
 the document groups; its ``wordnet`` builder reads label_graph.tsv + lbl.jsonl but keeps only WordNet synsets,
-so it finds no anchor here (``--no-label-graph`` or ``ramen.graph.wordnet.enabled=false`` avoids an empty
-set). ``ramen.graph.source_dir: <out>/graph`` loads the ``taxonomy`` label set instead.
+so it finds no anchor here and skips the set with one warning (``ramen.graph.wordnet.enabled=false`` says so
+up front). ``ramen.graph.source_dir: <out>/graph`` loads the ``taxonomy`` label set instead.
 
     python -m bench.synthetic_xmc --out DIR --n-train N --n-labels L [--n-test M] [--seed S] [--no-label-graph]
 """
