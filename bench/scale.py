@@ -45,19 +45,22 @@ def scale_params(epochs: int) -> dict[str, Any]:
         "methods": METHODS, "reported": METHODS, "validated": METHODS,
         "predictions": {"dexml_bow": "val tst", "ramen": "val tst", "astra": "val tst"},
         "unidec_predictions": {"unidec": "val tst"},
+        # mining indexes: exact up to index.auto_exact_max labels, HNSW above (exact search is O(N·L) per refresh)
         "runs": {"dexml_bow": {"encoder": BOW, "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
-                                                              "shortlist_size": 100, "negatives_per_query": 2},
+                                                              "shortlist_size": 100, "negatives_per_query": 2,
+                                                              "index_kind": "auto"},
                                "train": {"batch_size": 256, "lr": 0.01, **train}}},
         "hybrid.runs": [], "hybrid.zero_shot_runs": [],
         "astra.defaults.encoder": BOW, "astra.defaults.train.epochs": epochs,
         "astra.defaults.train.eval_every_epochs": 0, "astra.defaults.negatives.start_epoch": 0,
-        "astra.runs": {"astra": {}},
+        "astra.defaults.negatives.index_kind": "auto", "astra.runs": {"astra": {}},
         "ramen.defaults.encoder": BOW, "ramen.defaults.train.epochs": epochs,
         "ramen.defaults.train.eval_every_epochs": 0, "ramen.defaults.pruning.warmup_epochs": 0,
         # the synthetic label graph is not WordNet: RAMEN regularises with the document (co-occurrence) set
-        "ramen.graph.wordnet.enabled": False, "ramen.runs": {"ramen": {}},
+        "ramen.graph.wordnet.enabled": False, "ramen.defaults.negatives.index_kind": "auto", "ramen.runs": {"ramen": {}},
         "unidec.defaults.encoder": BOW, "unidec.defaults.train.epochs": epochs,
-        "unidec.defaults.train.eval_every_epochs": 0, "unidec.runs": {"unidec": {}},
+        "unidec.defaults.train.eval_every_epochs": 0, "unidec.defaults.psl.index_kind": "auto",
+        "unidec.runs": {"unidec": {}},
         "maclr.runs": {}, "maclr.fewshot.runs": {}, "packages": ["astra"], "registry.promote": [],
         "report.paired": [], "report.paired_ablations": [], "report.seeds": {}, "seed_runs": [], "ablations": [],
         "selection.choices": {},
@@ -171,16 +174,19 @@ def plot(result: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from xmc.report.figures import method_styles
+
     sizes = [r["n"] for r in result["runs"]]
     stages = sorted({s["stage"] for r in result["runs"] for s in r["stages"]})
+    styles = method_styles(stages)   # colour x line style x marker: every stage its own look
     fig, axes = plt.subplots(1, 2, figsize=(13, 5))
     for stage in stages:
         pts = [(r["n"], s) for r in result["runs"] for s in r["stages"] if s["stage"] == stage and s["ok"]]
         if not pts:
             continue
         xs = [n for n, _ in pts]
-        axes[0].plot(xs, [s["seconds"] for _, s in pts], marker="o", label=stage)
-        axes[1].plot(xs, [s["peak_rss_mib"] for _, s in pts], marker="o", label=stage)
+        axes[0].plot(xs, [s["seconds"] for _, s in pts], label=stage, **styles[stage])
+        axes[1].plot(xs, [s["peak_rss_mib"] for _, s in pts], label=stage, **styles[stage])
     for ax, what in zip(axes, ("seconds", "peak RSS (MiB)")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -223,6 +229,7 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--replot", action="store_true", help="redraw --plot from --out without running anything")
     ap.add_argument("--sizes", default="1e4,1e5,1e6")
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--work", default=str(ROOT / "bench" / ".scale"))
@@ -232,6 +239,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--targets", default="report,package")
     ap.add_argument("--keep", action="store_true", help="keep the workspaces and data (default: delete each)")
     a = ap.parse_args(argv)
+    if a.replot:
+        result = json.loads(Path(a.out).read_text())
+        plot(result, Path(a.plot))
+        return result
     sizes = [int(float(s)) for s in a.sizes.split(",")]
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
