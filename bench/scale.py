@@ -131,29 +131,38 @@ def stage_order(repo: Path, targets: list[str]) -> list[str]:
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
+# Runs the command as its child and prints the child's peak RSS (KiB) last. A process's peak RSS starts at its
+# parent's resident size when it forks, so the stage must be forked from this small process, not from the benchmark
+# (which holds the generated data) or a test runner; Linux folds every reaped descendant's peak into the child's,
+# so the figure is the largest process of the stage's tree (DVC or the stage itself).
+_PEAK = """
+import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:])
+_, status, usage = os.wait4(p.pid, 0)
+print(f"XMC_PEAK_RSS_KIB={usage.ru_maxrss}", flush=True)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def run_stage(repo: Path, stage: str, timeout: float) -> dict[str, Any]:
     """``dvc repro -s stage``: wall seconds, peak RSS (MiB) of its process tree, exit status."""
     t0 = time.perf_counter()
-    p = subprocess.Popen(["dvc", "repro", "-s", stage], cwd=repo, env=_env(), stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    deadline = t0 + timeout
-    while True:
-        pid, status, usage = os.wait4(p.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.perf_counter() > deadline:
-            os.killpg(p.pid, 9)
-            pid, status, usage = os.wait4(p.pid, 0)
-            return {"stage": stage, "seconds": round(time.perf_counter() - t0, 2), "ok": False, "why": "timeout",
-                    "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
-        time.sleep(0.2)
-    out = p.stdout.read() if p.stdout else ""
-    rc = os.waitstatus_to_exitcode(status)
-    row = {"stage": stage, "seconds": round(time.perf_counter() - t0, 2), "ok": rc == 0,
-           # Linux folds the largest reaped descendant's peak into the child's: the stage's own process
-           "peak_rss_mib": round(usage.ru_maxrss / 1024, 1)}
-    if rc != 0:
-        row["why"] = out.strip().splitlines()[-1][:300] if out.strip() else f"exit {rc}"
+    p = subprocess.Popen([sys.executable, "-c", _PEAK, "dvc", "repro", "-s", stage], cwd=repo, env=_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, _ = p.communicate()
+        return {"stage": stage, "seconds": round(time.perf_counter() - t0, 2), "ok": False, "why": "timeout",
+                "peak_rss_mib": float("nan")}
+    seconds = time.perf_counter() - t0
+    marks = [line for line in out.splitlines() if line.startswith("XMC_PEAK_RSS_KIB=")]
+    peak = int(marks[-1].split("=", 1)[1]) / 1024 if marks else float("nan")
+    row = {"stage": stage, "seconds": round(seconds, 2), "ok": p.returncode == 0, "peak_rss_mib": round(peak, 1)}
+    if p.returncode != 0:
+        lines = [line for line in out.strip().splitlines() if not line.startswith("XMC_PEAK_RSS_KIB=")]
+        row["why"] = lines[-1][:300] if lines else f"exit {p.returncode}"
     return row
 
 
