@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -34,14 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+from bench.unidec_memory import peak_rss_mb, rss_mb
 
 
 # ---- children (one per rank under torchrun, or one process) ------------------------------------------------------
