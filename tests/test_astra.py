@@ -131,6 +131,31 @@ def test_shortlist_comes_from_classifier_vectors_without_positives_and_is_memory
     assert (out[5] == -1).all() and (out[4] >= 0).all()
 
 
+def test_query_buffer_is_a_memory_mapped_file_a_checkpoint_refers_to(tmp_path):
+    import pickle
+
+    texts, labels, Y = synthetic(n_q=20, n_l=30)
+    sampler = ASTRANegatives(Y, 4, hard_negatives=3, uniform_negatives=2, start_epoch=0, work_dir=tmp_path)
+    sampler.record_query_vectors(np.array([1, 3]), torch.arange(10, dtype=torch.float32).reshape(2, 5))
+    assert isinstance(sampler.query_buffer, np.memmap) and (tmp_path / "query_buffer.npy").is_file()
+    state = sampler.state_dict()
+    assert "query_buffer" not in state and len(pickle.dumps(state)) < 2000   # not the N x (d+1) array
+    # a resumed run reopens the file: the recorded rows are there, the others still unseen
+    resumed = ASTRANegatives(Y, 4, hard_negatives=3, uniform_negatives=2, start_epoch=0, work_dir=tmp_path)
+    resumed.load_state_dict(state)
+    assert np.array_equal(resumed.query_buffer[3], np.arange(5, 10, dtype=np.float32))
+    assert np.isnan(resumed.query_buffer[0]).all()
+    # a new run never reads an older run's file
+    fresh = ASTRANegatives(Y, 4, hard_negatives=3, uniform_negatives=2, start_epoch=0, work_dir=tmp_path)
+    assert np.isnan(fresh.query_buffer).all()
+    # without a work_dir the buffer is an in-memory array, pickled with the state
+    mem = ASTRANegatives(Y, 4, hard_negatives=3, uniform_negatives=2)
+    mem.record_query_vectors(np.array([2]), torch.ones(1, 5))
+    back = ASTRANegatives(Y, 4, hard_negatives=3, uniform_negatives=2)
+    back.load_state_dict(pickle.loads(pickle.dumps(mem.state_dict())))
+    assert np.array_equal(back.query_buffer[2], np.ones(5, np.float32))
+
+
 def test_refresh_schedule_and_async_refresh_match_the_synchronous_one(tmp_path):
     texts, labels, Y = synthetic()
     runs = {}

@@ -108,22 +108,35 @@ def test_shortlist_refresh_every_steps_mines_with_the_encoder_being_trained(tmp_
     assert off.shortlist is None and off.refreshed_at_steps == []
 
 
-def test_gradient_cached_all_labels_step_equals_naive_gradients():
+@pytest.mark.parametrize("loss_name", ["decoupled_softmax", "softtopk"])
+def test_gradient_cached_all_labels_step_equals_naive_gradients(loss_name, monkeypatch):
+    """DecoupledSoftmax streams its normaliser over label chunks (its B x L forward is never called); a loss
+    without that form (SoftTop-k) scores the dense block. Both give the naive full-batch gradients and loss."""
+    from xmc.losses import SoftTopKLoss
+
     texts, labels, Y = toy(n_q=6, n_l=23)
     torch.manual_seed(0)
     enc = HashedBagOfWordsEncoder(dim=8, n_buckets=512, tied=False)
     model = DualEncoderModel(enc, labels)
-    loss = DecoupledSoftmaxLoss(0.1)
+    loss = DecoupledSoftmaxLoss(0.1) if loss_name == "decoupled_softmax" else SoftTopKLoss(k=3)
     tr = Trainer(model, AllLabels(Y), loss, TrainConfig(label_chunk_size=5, batch_size=6), texts, "/nonexistent")
     batch = AllLabels(Y).make_batch(np.arange(6), np.random.default_rng(0))
+    assert batch.positives.is_sparse and batch.positives._nnz() == Y[:6].nnz   # no B x L mask in the batch
     model.zero_grad()
-    tr._step(batch)
+    if loss_name == "decoupled_softmax":
+        with monkeypatch.context() as m:
+            m.setattr(DecoupledSoftmaxLoss, "forward", lambda *a, **k: pytest.fail("B x L forward called"))
+            value = tr._step(batch)
+    else:
+        value = tr._step(batch)
     cached = [p.grad.to_dense().clone() for p in model.parameters()]
     model.zero_grad()
     q = model.query_vectors(texts)
     z = model.label_vectors(np.arange(len(labels)))
-    loss(q @ z.T, batch.positives).backward()
+    naive_loss = loss(q @ z.T, batch.positives.to_dense())
+    naive_loss.backward()
     naive = [p.grad.to_dense().clone() for p in model.parameters()]
+    assert abs(value - float(naive_loss.detach())) < 1e-5
     for a, b in zip(cached, naive):
         assert torch.allclose(a, b, atol=1e-6)
     assert any(g.abs().sum() > 0 for g in cached)
@@ -218,6 +231,34 @@ def test_ann_index_against_brute_force_and_save_load(tmp_path, kind):
     assert (I2 == I).all()
     _, I3 = idx.search(Q[:2], 3000)  # more than stored: padded with -1
     assert (I3[:, 2000:] == -1).all()
+
+
+@pytest.mark.parametrize("kind", ["exact", "hnsw", "ivf"])
+def test_float16_storage_from_a_memory_mapped_float16_array(tmp_path, kind):
+    """float16 storage (faiss' fp16 scalar quantizer) built block by block from a float16 memmap: the same
+    neighbours as float32 storage, in about half the bytes; auto storage is float16 only above auto_exact_max."""
+    import faiss
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((3000, 32)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    Q = X[:50] + 0.05 * rng.standard_normal((50, 32)).astype(np.float32)
+    mm = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.float16, shape=X.shape)
+    mm[:] = X
+    kw = dict(kind=kind, nlist=32, nprobe=32, ef_search=200)
+    full = ANNIndex(storage="float32", **kw).build(X)
+    half = ANNIndex(storage="float16", **kw).build(np.load(tmp_path / "x.npy", mmap_mode="r"), block=700)
+    assert half.ntotal == 3000 and half.storage == "float16"
+    _, I32 = full.search(Q, 10)
+    _, I16 = half.search(Q, 10)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(I32, I16)]) > 0.95
+    saved = faiss.serialize_index(full.index).nbytes - faiss.serialize_index(half.index).nbytes
+    assert saved > 0.45 * X.nbytes   # half of the vectors' bytes (HNSW's graph and IVF's lists are the same)
+    half.save(tmp_path / "ix")
+    assert ANNIndex.load(tmp_path / "ix").storage == "float16"
+    assert ANNIndex(kind="auto", storage="auto", auto_exact_max=5000).build(X).storage == "float32"
+    small = ANNIndex(kind="auto", storage="auto", auto_exact_max=1000).build(X)
+    assert (small.kind, small.storage) == ("hnsw", "float16")
 
 
 def test_inverse_propensity_positive_sampling_prefers_tail_labels_at_the_expected_rate():

@@ -3,6 +3,11 @@
 ``kind``: ``exact`` (IndexFlatIP, the default: up to a few hundred thousand labels it is fast
 and has recall 1), ``hnsw`` (IndexHNSWFlat, inner product) or ``ivf`` (IndexIVFFlat).
 GPU faiss is used for exact and IVF when it is installed and a GPU is present.
+
+``storage``: ``float32`` or ``float16`` (faiss' fp16 scalar quantizer: half the memory and package size; its
+effect on recall@100 is measured by ``bench/index_storage.py``), or ``auto`` (float16 for the approximate
+index that ``auto`` chooses above ``auto_exact_max`` labels, float32 otherwise). Vectors are added in blocks
+converted to float32 one at a time, so a float16 or memory-mapped array is never copied whole.
 """
 
 from __future__ import annotations
@@ -26,9 +31,12 @@ def gpu_available() -> bool:
 class ANNIndex:
     def __init__(self, kind: str = "exact", hnsw_m: int = 32, ef_construction: int = 200, ef_search: int = 128,
                  nlist: int | None = None, nprobe: int = 16, use_gpu: str | bool = "auto", threads: int | None = None,
-                 auto_exact_max: int = 200_000) -> None:
+                 auto_exact_max: int = 200_000, storage: str = "float32") -> None:
         if kind not in ("exact", "hnsw", "ivf", "auto"):
             raise ConfigError(f"unknown index kind {kind!r} (expected exact, hnsw, ivf or auto)")
+        if storage not in ("float32", "float16", "auto"):
+            raise ConfigError(f"unknown index storage {storage!r} (expected float32, float16 or auto)")
+        self.storage = storage
         # auto: chosen at build from the number of vectors (exact up to auto_exact_max; then HNSW, IVF on a GPU)
         self.kind, self.hnsw_m, self.ef_construction, self.ef_search = kind, hnsw_m, ef_construction, ef_search
         self.auto_exact_max = int(auto_exact_max)
@@ -44,39 +52,54 @@ class ANNIndex:
 
         icfg = filled(IndexConfig, icfg, "index")
         return cls(kind=icfg["kind"], hnsw_m=icfg["hnsw_m"], ef_search=icfg["ef_search"], nprobe=icfg["nprobe"],
-                   auto_exact_max=icfg["auto_exact_max"])
+                   auto_exact_max=icfg["auto_exact_max"], storage=icfg["storage"])
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "hnsw_m": self.hnsw_m, "ef_construction": self.ef_construction,
                 "ef_search": self.ef_search, "nlist": self.nlist, "nprobe": self.nprobe,
-                "auto_exact_max": self.auto_exact_max}
+                "auto_exact_max": self.auto_exact_max, "storage": self.storage}
 
-    def build(self, vectors: np.ndarray) -> ANNIndex:
+    def build(self, vectors: np.ndarray, block: int = 65536) -> ANNIndex:
+        """Index ``vectors`` (n x d, any float dtype, in memory or memory-mapped), added ``block`` rows at a time."""
         import faiss
 
         if self.threads:
             faiss.omp_set_num_threads(self.threads)
-        x = np.ascontiguousarray(vectors, dtype=np.float32)
-        n, d = x.shape
-        if self.kind == "auto":
+        if vectors.ndim != 2:
+            raise ValueError(f"expected an n x d array of vectors, got shape {vectors.shape}")
+        n, d = vectors.shape
+        auto_kind = self.kind == "auto"
+        if auto_kind:
             self.kind = "exact" if n <= self.auto_exact_max else ("ivf" if self.use_gpu is not False and gpu_available()
                                                                   else "hnsw")
+        if self.storage == "auto":
+            self.storage = "float16" if self.kind != "exact" and n > self.auto_exact_max else "float32"
+        want_gpu = self.use_gpu is True or (self.use_gpu == "auto" and gpu_available())
+        if want_gpu and self.kind == "exact" and self.storage == "float16":
+            self.storage = "float32"   # faiss moves no flat scalar-quantizer index to a GPU
+        fp16 = self.storage == "float16"
+        metric = faiss.METRIC_INNER_PRODUCT
         if self.kind == "exact":
-            index = faiss.IndexFlatIP(d)
+            index = (faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, metric) if fp16
+                     else faiss.IndexFlatIP(d))
         elif self.kind == "hnsw":
-            index = faiss.IndexHNSWFlat(d, self.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            index = (faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_fp16, self.hnsw_m, metric) if fp16
+                     else faiss.IndexHNSWFlat(d, self.hnsw_m, metric))
             index.hnsw.efConstruction = self.ef_construction
         else:
             nlist = self.nlist or max(1, int(4 * np.sqrt(n)))
-            index = faiss.IndexIVFFlat(faiss.IndexFlatIP(d), d, nlist, faiss.METRIC_INNER_PRODUCT)
-        want_gpu = self.use_gpu is True or (self.use_gpu == "auto" and gpu_available())
+            self._quantizer = faiss.IndexFlatIP(d)   # kept alive: the IVF index refers to it
+            index = (faiss.IndexIVFScalarQuantizer(self._quantizer, d, nlist, faiss.ScalarQuantizer.QT_fp16, metric)
+                     if fp16 else faiss.IndexIVFFlat(self._quantizer, d, nlist, metric))
         if want_gpu and self.kind != "hnsw" and gpu_available():
             self._res = faiss.StandardGpuResources()
             index = faiss.index_cpu_to_gpu(self._res, 0, index)
             self.on_gpu = True
-        if self.kind == "ivf":
-            index.train(x)
-        index.add(x)
+        if not index.is_trained:   # IVF centroids (and a scalar quantizer's ranges) from a sample of the rows
+            rows = np.sort(np.random.default_rng(0).choice(n, min(n, 256 * 1024), replace=False)) if n else np.zeros(0, int)
+            index.train(np.ascontiguousarray(vectors[rows], dtype=np.float32))
+        for s in range(0, n, block):
+            index.add(np.ascontiguousarray(vectors[s : s + block], dtype=np.float32))
         self.index = index
         self._apply_search_params()
         return self

@@ -219,7 +219,7 @@ class NegativesConfig(Section):
     refresh_every_epochs: PosInt = 1
     refresh_every_steps: NonNegInt = 0   # also refresh every this many steps (0 = only per epoch)
     start_epoch: NonNegInt = 0
-    index_kind: IndexKind = "exact"
+    index_kind: IndexKind = "auto"
     # also this many negatives per query from the labels whose names occur in it (xmc.lexical under the
     # label_names settings; positives removed; fixed for the run): the confusable senses a name match proposes
     name_match_per_query: NonNegInt = 0
@@ -369,7 +369,7 @@ class PickSomeLabels(Section):
     cluster_every_epochs: PosInt | None = None     # None: with the shortlist refresh
     cluster_start_epoch: NonNegInt | None = None
     encode_batch_size: PosInt | None = None
-    index_kind: IndexKind = "exact"
+    index_kind: IndexKind = "auto"
     positive_sampling: Literal["uniform", "inverse_propensity"] = "uniform"
     propensity_a: PosFloat = 0.55
     propensity_b: PosFloat = 1.5
@@ -430,7 +430,7 @@ class AstraNegatives(Section):
     start_epoch: NonNegInt = 5
     refresh_every_epochs: PosInt = 5
     mine_with: Literal["classifiers", "label_embeddings"] = "classifiers"
-    index_kind: IndexKind = "exact"
+    index_kind: IndexKind = "auto"
     async_refresh: bool = False
     uniform_shared: bool = False      # one uniform draw per batch shared by its queries (a matrix product)
     encode_batch_size: PosInt | None = None
@@ -579,6 +579,9 @@ class IndexConfig(Section):
     nprobe: Annotated[int, Field(gt=0, le=100_000)] = 16
     # kind auto: exact up to this many labels, HNSW above (IVF on a GPU, where faiss has no HNSW)
     auto_exact_max: Annotated[int, Field(ge=0)] = 200_000
+    # vectors held by the index: float16 halves its memory (recall: bench/index_storage.py); auto = float16 for
+    # the approximate index chosen above auto_exact_max, float32 otherwise
+    storage: Literal["float32", "float16", "auto"] = "auto"
     encode_batch_size: Annotated[int, Field(gt=0, le=65_536)] = 256
 
 

@@ -7,6 +7,9 @@ declare exactly the splits it reads: training stages never depend on a test file
     lbl.jsonl                              {"uid", "text"} per label; label id = line number
     trn_Y.npz  val_Y.npz  tst_Y.npz        CSR (n_instances x n_labels) binary label matrices
     tst_filter.npz                         optional CSR of (test row, label) pairs dropped from scoring
+    columns/<part>/{uid,text,group}.*      the same records as memory-mapped string columns (xmc.data.columns),
+                                           written with them; read when their manifest's hash of the record
+                                           file matches it (the JSON lines stay the record and the DVC deps)
     source.json                            layout, source directory and text fields (no split contents)
     meta.json                              counts, source, layout, the validation carve-out and
                                            per-split content hashes (for reports; training does not read it)
@@ -18,6 +21,7 @@ training split by document group (:func:`split_validation`).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,10 +42,10 @@ SPLIT_FILES = {"trn": ("trn.jsonl", "trn_Y.npz"), "val": ("val.jsonl", "val_Y.np
 class Split:
     """Instances of one split: texts and their label matrix (rows aligned)."""
 
-    uids: list[str]
-    texts: list[str]
+    uids: Sequence[str]
+    texts: Sequence[str]
     Y: sp.csr_matrix
-    groups: list[str | None] | None = None
+    groups: Sequence[str | None] | None = None
 
     def __post_init__(self) -> None:
         if len(self.uids) != len(self.texts) or self.Y.shape[0] != len(self.texts):
@@ -62,8 +66,8 @@ class XMCDataset:
     training code can read the test split by accident.
     """
 
-    label_uids: list[str]
-    label_texts: list[str]
+    label_uids: Sequence[str]
+    label_texts: Sequence[str]
     trn: Split
     tst: Split | None
     tst_filter: sp.csr_matrix | None = None
@@ -140,6 +144,7 @@ def save_processed(ds: XMCDataset, out_dir: str | Path, side_files: dict[str, Pa
             )
             save_csr(tmp / f"{name}_Y.npz", s.Y.tocsr().astype(np.float32))
         _write_jsonl(tmp / "lbl.jsonl", [{"uid": u, "text": t} for u, t in zip(ds.label_uids, ds.label_texts)])
+        _write_columns(tmp, ds)
         if ds.tst_filter is not None:
             save_csr(tmp / "tst_filter.npz", ds.tst_filter.tocsr().astype(np.float32))
         side = tmp / "label_side"
@@ -157,6 +162,60 @@ def save_processed(ds: XMCDataset, out_dir: str | Path, side_files: dict[str, Pa
             json.dump(meta, fh, indent=2)
             fh.write("\n")
     return meta
+
+
+def _write_columns(tmp: Path, ds: XMCDataset) -> None:
+    from xmc.data.columns import write_columns_manifest, write_text_column
+
+    cols = tmp / "columns"
+    sources, rows = {}, {}
+    for name in SPLITS:
+        s = ds.split(name)
+        d = cols / name
+        rows[name] = write_text_column(d, "uid", s.uids)
+        write_text_column(d, "text", s.texts)
+        write_text_column(d, "group", s.groups if s.groups is not None else [None] * len(s))
+        sources[name] = sha256_files([tmp / f"{name}.jsonl"])
+    rows["lbl"] = write_text_column(cols / "lbl", "uid", ds.label_uids)
+    write_text_column(cols / "lbl", "text", ds.label_texts)
+    sources["lbl"] = sha256_files([tmp / "lbl.jsonl"])
+    write_columns_manifest(cols, sources, rows)
+
+
+def _column_dir(in_dir: Path, part: str) -> Path | None:
+    """The columns of ``part`` when they were written from the record file now in ``in_dir`` (else None: parse it)."""
+    from xmc.data.columns import read_columns_manifest
+
+    manifest = read_columns_manifest(in_dir / "columns")
+    if not manifest or part not in manifest.get("sources_sha256", {}):
+        return None
+    if manifest["sources_sha256"][part] != sha256_files([in_dir / f"{part}.jsonl"]):
+        import logging
+
+        logging.getLogger(__name__).warning("%s changed after its columns were written: reading the JSON lines",
+                                            in_dir / f"{part}.jsonl")
+        return None
+    return in_dir / "columns" / part
+
+
+def _read_part(in_dir: Path, part: str) -> tuple[Sequence[str], Sequence[str], Sequence[str | None] | None]:
+    """(uids, texts, groups or None) of one part: memory-mapped columns when current, else the parsed JSON lines."""
+    d = _column_dir(in_dir, part)
+    if d is not None:
+        from xmc.data.columns import TextColumn
+
+        uids, texts = TextColumn(d, "uid"), TextColumn(d, "text")
+        if len(uids) != len(texts):
+            raise DataFormatError(d / "text.off.npy", None, f"{len(texts)} texts but {len(uids)} uids; rerun the ingest stage")
+        groups = None
+        if part != "lbl":
+            g = TextColumn(d, "group")
+            groups = None if g.all_missing() or len(g) == 0 else g
+        return uids, texts, groups
+    rows = _read_jsonl(in_dir / f"{part}.jsonl")
+    groups_l = [r.get("group") for r in rows] if part != "lbl" else []
+    return ([r["uid"] for r in rows], [r["text"] for r in rows],
+            None if all(g is None for g in groups_l) else groups_l)
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -199,25 +258,20 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS, without
         for f in SPLIT_FILES[part]:
             if not (in_dir / f).exists():
                 raise DataFormatError(in_dir / f, None, "missing from the processed dataset (rerun the ingest stage)")
-    lbl = _read_jsonl(in_dir / "lbl.jsonl")
+    label_uids, label_texts, _ = _read_part(in_dir, "lbl")
     loaded: dict[str, Split] = {}
     for name in splits:
-        rows = _read_jsonl(in_dir / f"{name}.jsonl")
+        uids, texts, groups = _read_part(in_dir, name)
         Y = _load_csr(in_dir / f"{name}_Y.npz")
-        if Y.shape[0] != len(rows):
-            raise DataFormatError(in_dir / f"{name}_Y.npz", None, f"{Y.shape[0]} rows but {name}.jsonl has {len(rows)} lines")
-        groups = [r.get("group") for r in rows]
+        if Y.shape[0] != len(texts):
+            raise DataFormatError(in_dir / f"{name}_Y.npz", None, f"{Y.shape[0]} rows but {name}.jsonl has {len(texts)} lines")
         try:
-            loaded[name] = Split(
-                uids=[r["uid"] for r in rows],
-                texts=[r["text"] for r in rows],
-                Y=Y,
-                groups=None if all(g is None for g in groups) else groups,
-            )
+            loaded[name] = Split(uids=uids, texts=texts, Y=Y, groups=groups)
         except (KeyError, ValueError) as e:
             raise DataFormatError(in_dir / f"{name}.jsonl", None, f"not a processed split ({e})") from None
-        if Y.shape[1] != len(lbl):
-            raise DataFormatError(in_dir / f"{name}_Y.npz", None, f"{Y.shape[1]} label columns but lbl.jsonl has {len(lbl)} labels")
+        if Y.shape[1] != len(label_texts):
+            raise DataFormatError(in_dir / f"{name}_Y.npz", None,
+                                  f"{Y.shape[1]} label columns but lbl.jsonl has {len(label_texts)} labels")
     meta: dict[str, Any] = {}
     if "tst" in splits and (in_dir / "meta.json").exists():
         meta = json.loads((in_dir / "meta.json").read_text(encoding="utf-8"))
@@ -225,9 +279,9 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS, without
     meta["content_sha256"] = sha256_files([in_dir / f for part in ("lbl", *sorted(splits)) for f in SPLIT_FILES[part]])
     filt = in_dir / "tst_filter.npz"
     return XMCDataset(
-        label_uids=[r["uid"] for r in lbl],
-        label_texts=[r["text"] for r in lbl],
-        trn=loaded["trn"] if "trn" in loaded else Split([], [], sp.csr_matrix((0, len(lbl)), dtype=np.float32)),
+        label_uids=label_uids,
+        label_texts=label_texts,
+        trn=loaded["trn"] if "trn" in loaded else Split([], [], sp.csr_matrix((0, len(label_texts)), dtype=np.float32)),
         tst=loaded.get("tst"),
         tst_filter=_load_csr(filt) if ("tst" in splits and filt.exists()) else None,
         meta=meta,

@@ -6,6 +6,8 @@ An encoder maps texts to L2-normalised d-dimensional vectors. ``side`` is ``"que
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +58,18 @@ class TextEncoder(nn.Module):
         return next(self.parameters()).device
 
     @torch.no_grad()
-    def encode(self, texts: list[str], side: str = "query", batch_size: int = 256, progress: bool = False) -> np.ndarray:
-        """Embeddings as float32 numpy, in eval mode (no dropout), batched."""
+    def encode(self, texts: Sequence[str], side: str = "query", batch_size: int = 256, progress: bool = False,
+               out: np.ndarray | None = None) -> np.ndarray:
+        """Embeddings as float32 numpy, in eval mode (no dropout), batched; written into ``out`` when given (any
+        float dtype, e.g. a float16 memory-mapped file for 10^6 labels: no whole float32 copy is made)."""
         was_training = self.training
         self.eval()
         # batches of similar length waste little compute on padding; results are put back in order
         order = np.argsort([len(t) for t in texts], kind="stable")
-        out = np.zeros((len(texts), self.dim), np.float32)
+        if out is None:
+            out = np.zeros((len(texts), self.dim), np.float32)
+        elif out.shape != (len(texts), self.dim):
+            raise ValueError(f"out has shape {out.shape}, expected {(len(texts), self.dim)}")
         it = range(0, len(texts), batch_size)
         for s in tqdm(it, desc=f"encode {side} texts", unit="batch", disable=not progress, mininterval=10):
             idx = order[s : s + batch_size]

@@ -29,6 +29,14 @@ class DecoupledSoftmaxLoss(nn.Module):
         per_pair = torch.logaddexp(logits, neg_lse) - logits
         return mean_over_positives(per_pair, pos, weights)
 
+    def from_positives(self, pos_scores: torch.Tensor, pos_ok: torch.Tensor, neg_lse: torch.Tensor) -> torch.Tensor:
+        """The loss from each query's positive scores (B x P, ``pos_ok`` marks real ones) and the log-sum-exp of
+        its negatives' logits (B,): the all-labels step streams the normaliser over label chunks and never holds
+        the B x L scores (equal to :meth:`forward` on the full block, with every label valid)."""
+        logits = pos_scores.to(torch.promote_types(pos_scores.dtype, torch.float32)) / self.temperature
+        per_pair = torch.logaddexp(logits, neg_lse[:, None]) - logits
+        return mean_over_positives(per_pair, pos_ok.bool(), None)
+
     def label_sharded(self, scores: torch.Tensor, positives: torch.Tensor, valid: torch.Tensor | None,
                       weights: torch.Tensor | None, world: int) -> torch.Tensor:
         """The same loss when this rank holds only a slice of the label columns (all-labels mode across ranks):

@@ -174,17 +174,10 @@ def fill_shortlist(Y: sp.csr_matrix, rows: np.ndarray, ids: np.ndarray, k_h: int
 
 
 def in_rows(sets: np.ndarray, items: np.ndarray, n_labels: int) -> np.ndarray:
-    """``out[b, j]``: is ``items[b, j]`` among ``sets[b]`` (a row of label ids, -1 = none)? Sorted (row, id) keys
-    and a binary search: O(B·(|items| + |sets|)) memory."""
-    B = len(items)
-    rows = np.arange(B, dtype=np.int64)[:, None]
-    keys = (rows * n_labels + sets)[sets >= 0]
-    if not keys.size:
-        return np.zeros(items.shape, bool)
-    keys = np.sort(keys, kind="stable")
-    q = rows * n_labels + items
-    at = np.searchsorted(keys, q).clip(max=len(keys) - 1)
-    return keys[at] == q
+    """``out[b, j]``: is ``items[b, j]`` among ``sets[b]`` (a row of label ids, -1 = none)? O(B·(|items| + |sets|)) memory."""
+    from xmc.negatives.membership import in_padded_rows
+
+    return in_padded_rows(sets, items, n_labels)
 
 
 def mine_classifier_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, k_h: int,
@@ -235,8 +228,11 @@ class ASTRANegatives(NegativeSampler):
         N = self.Y.shape[0]
         # a label-sharded classifier table (set by _snapshot): each rank searches its shard, the top-k are merged
         self._shard_ctx: Any = None
-        # the previous epoch's query embeddings [Φ(x), 1], filled by the objective (NaN = not seen)
-        self.query_buffer = np.full((N, dim + 1), np.nan, np.float32)
+        # the previous epoch's query embeddings [Φ(x), 1], filled by the objective (NaN = not seen); a memory-mapped
+        # file under work_dir (N x (d+1) float32 is 1 GB at 10^6 queries: paged by the OS, and a checkpoint
+        # refers to it instead of pickling it)
+        self._dim = dim
+        self._query_buffer: np.ndarray | None = None   # opened on first use, or reopened by load_state_dict
         self.shortlist: np.ndarray | None = None
         self.refreshed_at: list[int] = []
         self.refresh_seconds: list[float] = []
@@ -248,6 +244,34 @@ class ASTRANegatives(NegativeSampler):
 
     def record_query_vectors(self, query_idx: np.ndarray, vecs: torch.Tensor) -> None:
         self.query_buffer[query_idx] = vecs.detach().float().cpu().numpy()
+
+    @property
+    def query_buffer(self) -> np.ndarray:
+        if self._query_buffer is None:   # a new run: a fresh (all-NaN) buffer, never an older run's file
+            self._query_buffer = self._open_query_buffer(create=True)
+        return self._query_buffer
+
+    def _query_buffer_path(self) -> Path | None:
+        if self.work_dir is None:
+            return None
+        from xmc.train.distributed import context
+
+        ctx = context()
+        return self.work_dir / f"query_buffer{f'.rank{ctx.rank}' if ctx.active else ''}.npy"
+
+    def _open_query_buffer(self, create: bool) -> np.ndarray:
+        shape = (self.Y.shape[0], self._dim + 1)
+        path = self._query_buffer_path()
+        if path is None:
+            return np.full(shape, np.nan, np.float32)
+        if not create and path.is_file():
+            buf = np.load(path, mmap_mode="r+")
+            if buf.shape == shape and buf.dtype == np.float32:
+                return buf
+        path.parent.mkdir(parents=True, exist_ok=True)
+        buf = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
+        buf[:] = np.nan
+        return buf
 
     def _shortlist_file(self, epoch: int) -> np.ndarray:
         """N x k_h int32; memory-mapped under ``work_dir`` (as the paper's memmap files) when set."""
@@ -287,12 +311,28 @@ class ASTRANegatives(NegativeSampler):
         """Search (in the background thread with ``async_refresh``). On one label shard it stops at this rank's
         top-k: the merge across ranks is a collective, made by every rank at :meth:`_install`."""
         t0 = time.perf_counter()
-        rows, D, ids = search_label_vectors(self.Y, qv, lv, self.k_h, self.index_kind, offset, **self.index_kw)
-        if self._shard_ctx is not None:
+        if self._shard_ctx is not None:   # the merge needs each shard's scores: top-(k_h + most positives of a row)
+            rows, D, ids = search_label_vectors(self.Y, qv, lv, self.k_h, self.index_kind, offset, **self.index_kw)
             out["partial"], out["seconds"] = (rows, D, ids), time.perf_counter() - t0
             return
-        out["shortlist"] = self._fill(epoch, rows, ids)
+        out["shortlist"] = self._stream_fill(epoch, qv, lv)
         out["seconds"] = time.perf_counter() - t0
+
+    def _stream_fill(self, epoch: int, qv: np.ndarray, lv: np.ndarray, chunk: int = 65536) -> np.ndarray:
+        """One index, the queries with a vector searched ``chunk`` at a time (not widened by the largest row:
+        :func:`~xmc.negatives.samplers.search_without_positives`), written into the shortlist file."""
+        from xmc.negatives.samplers import search_without_positives
+
+        index = ANNIndex(kind=self.index_kind, **self.index_kw).build(lv)
+        sl = self._shortlist_file(epoch)
+        sl[:] = -1
+        rows = np.flatnonzero(np.isfinite(qv[:, 0]))
+        for lo in range(0, len(rows), chunk):
+            r = rows[lo : lo + chunk]
+            sl[r] = search_without_positives(index, self.Y[r], qv[r], self.k_h, chunk=chunk)
+        if isinstance(sl, np.memmap):
+            sl.flush()
+        return sl
 
     def _fill(self, epoch: int, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
         sl = self._shortlist_file(epoch)
@@ -361,13 +401,10 @@ class ASTRANegatives(NegativeSampler):
         return draws
 
     def _is_positive(self, query_idx: np.ndarray, labels: np.ndarray) -> np.ndarray:
-        """Elementwise: is ``labels[b, j]`` a true label of ``query_idx[b]``? (sorted-key lookup)"""
-        sub = self.Y[query_idx]
-        keys = np.repeat(np.arange(len(query_idx), dtype=np.int64), np.diff(sub.indptr)) * self.n_labels + sub.indices
-        keys.sort()
-        q = np.arange(len(query_idx), dtype=np.int64)[:, None] * self.n_labels + labels
-        at = np.searchsorted(keys, q).clip(max=max(len(keys) - 1, 0))
-        return (keys[at] == q) if len(keys) else np.zeros(labels.shape, bool)
+        """Elementwise: is ``labels[b, j]`` a true label of ``query_idx[b]``?"""
+        from xmc.negatives.membership import in_csr_rows
+
+        return in_csr_rows(self.Y[query_idx], labels, self.n_labels)
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
         L, B = self.n_labels, len(query_idx)
@@ -426,16 +463,26 @@ class ASTRANegatives(NegativeSampler):
         if self._pending is not None:  # a finished background refresh for the next epoch (or this rank's part of it)
             pending = (self._pending[0], {k: np.asarray(v) if k == "shortlist" else v
                                           for k, v in self._pending[2].items()})
-        return {"shortlist": None if self.shortlist is None else np.asarray(self.shortlist),
-                "refreshed_at": list(self.refreshed_at), "refresh_seconds": list(self.refresh_seconds),
-                "query_buffer": self.query_buffer, "pending": pending}
+        state = {"shortlist": None if self.shortlist is None else np.asarray(self.shortlist),
+                 "refreshed_at": list(self.refreshed_at), "refresh_seconds": list(self.refresh_seconds),
+                 "pending": pending}
+        if isinstance(self.query_buffer, np.memmap):
+            # by reference: entries written after this step by a run that then died are the embeddings a resumed
+            # (deterministic) run writes again in the same steps, before the next refresh reads them
+            self.query_buffer.flush()
+            state["query_buffer_file"] = str(self._query_buffer_path())
+        else:
+            state["query_buffer"] = self.query_buffer
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.shortlist = state.get("shortlist")
         self.refreshed_at = list(state.get("refreshed_at", []))
         self.refresh_seconds = list(state.get("refresh_seconds", []))
         if state.get("query_buffer") is not None:
-            self.query_buffer = state["query_buffer"]
+            self.query_buffer[:] = state["query_buffer"]
+        elif state.get("query_buffer_file"):
+            self._query_buffer = self._open_query_buffer(create=False)
         pending = state.get("pending")
         if pending is not None:
             done = threading.Thread(target=lambda: None)

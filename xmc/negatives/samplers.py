@@ -8,11 +8,13 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+import torch
 
 from xmc.ann import ANNIndex
 from xmc.config.schema import NegativesConfig, filled
 from xmc.errors import ConfigError
 from xmc.negatives.base import CandidateBatch, NegativeSampler, pool_batch, positives_mask
+from xmc.negatives.membership import in_csr_rows
 
 log = logging.getLogger(__name__)
 
@@ -56,22 +58,29 @@ def max_positives(Y: sp.csr_matrix) -> int:
 
 
 def search_without_positives(index: ANNIndex, Y: sp.csr_matrix, query_vecs: np.ndarray, size: int,
-                             quantile: float = 0.99) -> np.ndarray:
+                             quantile: float = 0.99, chunk: int = 65536) -> np.ndarray:
     """``size`` nearest non-positive labels per query (int32, N x size, -1 pads), in two passes: every query
     searches ``size`` + the ``quantile`` of the rows' positive counts; the few rows that come back short because
     they have more positives than that are searched again with ``size`` + their own count. Equal to one search
-    widened by the largest row (up to ties), at the cost of the typical row."""
+    widened by the largest row (up to ties), at the cost of the typical row. Queries go ``chunk`` at a time, so
+    the search results held are chunk x (size + quantile), whatever N is."""
     Y = Y.tocsr()
-    n_pos = np.diff(Y.indptr)
+    n_pos_all = np.diff(Y.indptr)
     L = index.ntotal
-    wide = int(np.quantile(n_pos, quantile)) if len(n_pos) else 0
-    _, ids = index.search(query_vecs, min(size + wide, L))
-    out = drop_positives(Y, ids, size)
-    short = np.flatnonzero((out[:, -1] < 0) & (n_pos > wide)) if size else np.zeros(0, np.int64)
-    for k in np.unique(np.minimum(size + n_pos[short], L)):   # one search per distinct width
-        rows = short[np.minimum(size + n_pos[short], L) == k]
-        _, again = index.search(query_vecs[rows], int(k))
-        out[rows] = drop_positives(Y[rows], again, size)
+    wide = int(np.quantile(n_pos_all, quantile)) if len(n_pos_all) else 0
+    out = np.full((Y.shape[0], size), -1, np.int32)
+    for lo in range(0, Y.shape[0], chunk):
+        hi = min(lo + chunk, Y.shape[0])
+        Yc, n_pos = Y[lo:hi], n_pos_all[lo:hi]
+        qc = np.ascontiguousarray(query_vecs[lo:hi], dtype=np.float32)
+        _, ids = index.search(qc, min(size + wide, L))
+        block = drop_positives(Yc, ids, size)
+        short = np.flatnonzero((block[:, -1] < 0) & (n_pos > wide)) if size else np.zeros(0, np.int64)
+        for k in np.unique(np.minimum(size + n_pos[short], L)):   # one search per distinct width
+            rows = short[np.minimum(size + n_pos[short], L) == k]
+            _, again = index.search(qc[rows], int(k))
+            block[rows] = drop_positives(Yc[rows], again, size)
+        out[lo:hi] = block
     return out
 
 
@@ -86,17 +95,8 @@ def drop_positives(Y: sp.csr_matrix, ids: np.ndarray, size: int, chunk: int = 65
     L = max(int(Y.shape[1]), int(ids.max()) + 1, 1)
     for lo in range(0, N, chunk):
         hi = min(lo + chunk, N)
-        sub = Y[lo:hi]
-        keys = np.repeat(np.arange(hi - lo, dtype=np.int64), np.diff(sub.indptr)) * L + sub.indices
-        keys.sort()
         block = ids[lo:hi]
-        q = np.arange(hi - lo, dtype=np.int64)[:, None] * L + np.maximum(block, 0)
-        if len(keys):
-            at = np.searchsorted(keys, q).clip(max=len(keys) - 1)
-            is_pos = keys[at] == q
-        else:
-            is_pos = np.zeros(block.shape, bool)
-        keep = (block >= 0) & ~is_pos
+        keep = (block >= 0) & ~in_csr_rows(Y[lo:hi], block, L)
         order = np.argsort(~keep, axis=1, kind="stable")[:, :size]   # kept ids first, in ranked order
         chosen = np.take_along_axis(block, order, 1)
         n_keep = keep.sum(1)
@@ -184,10 +184,15 @@ class HardNegativeShortlist(InBatchNegatives):
 
 class AllLabels(NegativeSampler):
     """Every label is a candidate for every query (DEXML's main setting); the trainer chunks the
-    label side with gradient caching so memory is bounded by the chunk size."""
+    label side with gradient caching. The positives are a sparse B x L tensor (its nonzeros are the queries'
+    labels): nothing of size B x L is made for a batch unless the loss can only score a dense block."""
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
-        return CandidateBatch(query_idx, None, positives_mask(self.Y, query_idx, None))
+        rows = self.Y[query_idx].tocoo()
+        idx = torch.from_numpy(np.vstack([rows.row, rows.col]).astype(np.int64))
+        pos = torch.sparse_coo_tensor(idx, torch.ones(rows.nnz, dtype=torch.bool), rows.shape,
+                                      check_invariants=True).coalesce()
+        return CandidateBatch(query_idx, None, pos)
 
 
 def name_match_shortlist(Y: sp.csr_matrix, query_texts: list[str], label_texts: list[str],

@@ -97,7 +97,18 @@ def _index_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 def _index_options(options: dict[str, Any]) -> dict[str, Any]:
     icfg = _index_settings(options)
-    return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe", "auto_exact_max")}
+    return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe", "auto_exact_max", "storage")}
+
+
+def _label_vector_file(out: Path, n: int, dim: int, options: dict[str, Any]) -> np.ndarray | None:
+    """Where a float16 index is built over many labels, their vectors are encoded into a float16 memory-mapped
+    file (deleted once indexed) instead of an n x d float32 array in memory."""
+    icfg = _index_settings(options)
+    fp16 = icfg["storage"] == "float16" or (icfg["storage"] == "auto" and icfg["kind"] != "exact"
+                                              and n > icfg["auto_exact_max"])
+    if not fp16:
+        return None
+    return np.lib.format.open_memmap(out / "label_vectors.f16.npy", mode="w+", dtype=np.float16, shape=(n, dim))
 
 
 class DensePredictor(Predictor):
@@ -122,13 +133,20 @@ class DensePredictor(Predictor):
             _copy_tree(source / "encoder", out / "encoder")
             append: float | None = 1.0
         else:
-            vectors = load_encoder(source).encode(label_texts, "label", bs, True)
+            encoder = load_encoder(source)
+            spill = _label_vector_file(out, len(label_texts), encoder.dim, options)
+            vectors = encoder.encode(label_texts, "label", bs, True, out=spill)
             _copy_tree(source, out / "encoder")
             append = None
-        index = ANNIndex(**_index_options(options)).build(np.ascontiguousarray(vectors, dtype=np.float32))
+        index = ANNIndex(**_index_options(options)).build(vectors)
         index.save(out / "index")
+        dim = int(vectors.shape[1])
+        if isinstance(vectors, np.memmap):
+            path = Path(vectors.filename)
+            del vectors
+            path.unlink()
         return {"kind": cls.kind, "encoder": "encoder", "index": "index", "append_constant": append,
-                "dim": int(vectors.shape[1]), "encode_batch_size": bs}
+                "dim": dim, "encode_batch_size": bs}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> DensePredictor:
@@ -178,7 +196,7 @@ class UniDECPredictor(Predictor):
         bs = _index_settings(options)["encode_batch_size"]
         model = UniDECModel.load(source, label_texts, space=space)
         vectors = model.label_space_vectors(space, bs, progress=True)
-        index = ANNIndex(**_index_options(options)).build(np.ascontiguousarray(vectors, dtype=np.float32))
+        index = ANNIndex(**_index_options(options)).build(vectors)
         _copy_tree(source, out / "model")
         index.save(out / "index")
         return {"kind": cls.kind, "model": "model", "index": "index", "space": space, "dim": int(vectors.shape[1]),

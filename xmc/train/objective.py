@@ -33,7 +33,7 @@ class Objective(nn.Module):
 
     @staticmethod
     def targets(batch: CandidateBatch, device: torch.device) -> tuple[torch.Tensor, Any, Any]:
-        pos = batch.positives.to(device)
+        pos = batch.positives.to(device)   # sparse for the all-labels batch (see Trainer._all_labels_step)
         valid = batch.valid.to(device) if batch.valid is not None else None
         weights = batch.weights.to(device) if batch.weights is not None else None
         return pos, valid, weights

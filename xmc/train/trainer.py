@@ -276,9 +276,12 @@ class Trainer:
         """Gradient caching (Gao et al., 2021): score against every label without holding L graphs.
 
         1) label vectors under no-grad, chunk by chunk (RNG state kept per chunk);
-        2) loss on the B x L scores, backward to the query tower and to the cached label vectors;
+        2) loss on the scores, backward to the query tower and to the cached label vectors: streamed over label
+           chunks (:meth:`_streamed_all_labels`, B x chunk scores at a time) where the loss allows it, else on the
+           B x L block (split across ranks for a label-sharded loss);
         3) re-encode each chunk with a graph (same RNG state, so the same dropout) and
-           backpropagate its cached gradient. Memory is bounded by the chunk size.
+           backpropagate its cached gradient. Encoder graphs are bounded by the chunk size; the cached label
+           vectors and their gradient are L x d.
         """
         from contextlib import nullcontext
 
@@ -289,6 +292,12 @@ class Trainer:
         # the labels and the loss combines the ranks' normalisers (no rank holds B x L scores); otherwise every
         # rank encodes its share of each chunk and gathers them (the global B x L block on each rank)
         sharded = self.dist.active and hasattr(self.objective.loss, "label_sharded") and L >= self.dist.world
+        # one process, a loss that is a function of the positives' scores and the negatives' log-sum-exp: the
+        # normaliser and its gradient are streamed over label chunks (B x chunk at a time, never B x L)
+        streamed = (not self.dist.active and hasattr(self.objective.loss, "from_positives") and valid is None
+                    and weights is None)
+        if pos.is_sparse and not streamed:
+            pos = pos.to_dense()
         lo, hi = shard_bounds(L, self.dist.world, self.dist.rank) if sharded else (0, L)
         local = encode_locally(self.model) if sharded else nullcontext()
         starts = list(range(lo, hi, chunk))
@@ -299,15 +308,18 @@ class Trainer:
                 cached.append(self.model.label_vectors(np.arange(s, min(s + chunk, hi))).float())
         Z = torch.cat(cached).requires_grad_(True)
         q = self.model.query_vectors(texts)
-        if sharded:
+        if streamed:
+            loss, G = self._streamed_all_labels(q, Z.detach(), pos, chunk)
+        elif sharded:
             cols = slice(lo, hi)
             loss = self.objective.loss.label_sharded(q.float() @ Z.T, pos[:, cols],
                                                      None if valid is None else valid[:, cols],
                                                      None if weights is None else weights[:, cols], self.dist.world)
         else:
             loss = self.objective.loss((q.float() @ Z.T), pos, valid, weights)
-        (loss / self.dist.world).backward()
-        G = Z.grad
+        if not streamed:
+            (loss / self.dist.world).backward()
+            G = Z.grad
         current = torch.get_rng_state()
         with local:
             for s, st in zip(starts, rng_states):
@@ -316,6 +328,57 @@ class Trainer:
                 z.float().backward(G[s - lo : s - lo + chunk])
         torch.set_rng_state(current)
         return float(loss.detach())
+
+    def _streamed_all_labels(self, q: torch.Tensor, Z: torch.Tensor, pos: torch.Tensor,
+                             chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """All-labels loss whose negatives enter through N_i = log Σ_{l ∉ P_i} exp(s_il / τ) (``loss.from_positives``).
+
+        1) N by a streamed log-sum-exp over label chunks (no grad);
+        2) the loss from the positives' scores (B x max|P|) and a leaf N: autograd gives the gradients of q and of
+           the positives' label vectors, and c_i = ∂loss/∂N_i;
+        3) per chunk, ∂loss/∂s_il = c_i · exp(s_il / τ - N_i) / τ on the negatives: added to the gradients of q and
+           of the chunk's label vectors by two matrix products.
+        Returns the loss (backward already done on the query tower) and the label vectors' gradient (L x d)."""
+        loss_fn = self.objective.loss
+        tau = float(loss_fn.temperature)
+        B, L = q.shape[0], Z.shape[0]
+        pos = (pos if pos.is_sparse else pos.to_sparse()).coalesce()
+        b_idx, l_idx = pos.indices()
+        counts = torch.bincount(b_idx, minlength=B)
+        width = max(int(counts.max()) if len(b_idx) else 0, 1)
+        slot = torch.arange(len(b_idx)) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+        pos_ids = torch.zeros(B, width, dtype=torch.long)
+        pos_ok = torch.zeros(B, width, dtype=torch.bool)
+        pos_ids[b_idx, slot], pos_ok[b_idx, slot] = l_idx, True
+        qd = q.detach().float().requires_grad_(True)
+
+        def chunk_logits(s: int, e: int) -> torch.Tensor:
+            logits = (qd.detach() @ Z[s:e].T) / tau
+            inside = (l_idx >= s) & (l_idx < e)
+            logits[b_idx[inside], l_idx[inside] - s] = -torch.inf   # positives are not negatives
+            return logits
+
+        with torch.no_grad():
+            neg_lse = torch.full((B,), -torch.inf)
+            for s in range(0, L, chunk):
+                neg_lse = torch.logaddexp(neg_lse, torch.logsumexp(chunk_logits(s, min(s + chunk, L)), 1))
+        N = neg_lse.clone().requires_grad_(True)
+        Zp = Z[pos_ids].requires_grad_(True)   # B x max|P| x d: the positives' vectors only
+        loss = loss_fn.from_positives((qd[:, None, :] * Zp).sum(-1), pos_ok, N)
+        loss.backward()
+        gq, G = qd.grad.clone(), torch.zeros_like(Z)
+        G.index_add_(0, pos_ids[pos_ok], Zp.grad[pos_ok])
+        c = N.grad if N.grad is not None else torch.zeros(B)
+        finite = torch.isfinite(neg_lse)
+        with torch.no_grad():
+            for s in range(0, L, chunk):
+                e = min(s + chunk, L)
+                p = torch.exp(chunk_logits(s, e) - torch.where(finite, neg_lse, 0.0)[:, None])
+                g = (c * finite)[:, None] * p / tau   # ∂loss/∂s on this chunk's negatives (0 on positives)
+                gq += g @ Z[s:e]
+                G[s:e] += g.T @ qd.detach()
+        q.backward(gq.to(q.dtype))
+        return loss.detach(), G
 
     # ---- the loop ------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:

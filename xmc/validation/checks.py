@@ -107,12 +107,12 @@ def _frames(ds: XMCDataset) -> dict[str, pd.DataFrame]:
     for name in ("trn", "val", "tst"):
         s = ds.split(name)
         frames[name] = pd.DataFrame({
-            "uid": s.uids,
-            "text": s.texts,
+            "uid": list(s.uids),     # memory-mapped columns decoded once, as pandas needs them
+            "text": list(s.texts),
             "n_labels": np.diff(s.Y.indptr),
-            "group": s.groups if s.groups is not None else [None] * len(s),
+            "group": list(s.groups) if s.groups is not None else [None] * len(s),
         })
-    frames["lbl"] = pd.DataFrame({"uid": ds.label_uids, "text": ds.label_texts})
+    frames["lbl"] = pd.DataFrame({"uid": list(ds.label_uids), "text": list(ds.label_texts)})
     rows = []
     for name in ("trn", "val", "tst"):
         Y = ds.split(name).Y
