@@ -61,6 +61,9 @@ def scale_params(epochs: int) -> dict[str, Any]:
         "unidec.defaults.encoder": BOW, "unidec.defaults.train.epochs": epochs,
         "unidec.defaults.train.eval_every_epochs": 0, "unidec.defaults.psl.index_kind": "auto",
         "unidec.runs": {"unidec": {}},
+        # exact TF-IDF scoring is quadratic in the data size (every query meets every item sharing a common term):
+        # postings capped per term (chosen on the synthetic 10^5 validation split: bench/tfidf_pruning_*.json)
+        "tfidf_zeroshot.max_postings_per_term": 300, "tfidf_knn.max_postings_per_term": 300,
         "maclr.runs": {}, "maclr.fewshot.runs": {}, "packages": ["astra"], "registry.promote": [],
         "report.paired": [], "report.paired_ablations": [], "report.seeds": {}, "seed_runs": [], "ablations": [],
         "selection.choices": {},
@@ -75,15 +78,16 @@ def _set(params: dict[str, Any], dotted: str, value: Any) -> None:
     node[last] = value
 
 
-def make_workspace(dest: Path, dataset_dir: Path, overrides: dict[str, Any]) -> Path:
-    """A git + DVC copy of this project reading ``dataset_dir`` with ``overrides`` applied to params.yaml."""
-    if dest.exists():
+def make_workspace(dest: Path, dataset_dir: Path, overrides: dict[str, Any], refresh: bool = False) -> Path:
+    """A git + DVC copy of this project reading ``dataset_dir`` with ``overrides`` applied to params.yaml.
+    ``refresh``: copy this project's code and params over an existing workspace, keeping its outputs."""
+    if dest.exists() and not refresh:
         shutil.rmtree(dest)
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=True)
     for name in PROJECT_FILES:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
         elif src.exists():
             shutil.copy2(src, dest / name)
     params = yaml.safe_load((dest / "params.yaml").read_text())
@@ -92,8 +96,8 @@ def make_workspace(dest: Path, dataset_dir: Path, overrides: dict[str, Any]) -> 
     for k, v in overrides.items():
         _set(params, k, v)
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"],
-                ["git", "add", "-A"], ["git", "commit", "-qm", "scale workspace"]):
+    setup = [] if refresh else [["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]]
+    for cmd in (*setup, ["git", "add", "-A"], ["git", "commit", "-qm", "scale workspace", "--allow-empty"]):
         subprocess.run(cmd, cwd=dest, env=_env(), check=True, capture_output=True)
     return dest
 
@@ -144,10 +148,12 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
-def run_stage(repo: Path, stage: str, timeout: float) -> dict[str, Any]:
-    """``dvc repro -s stage``: wall seconds, peak RSS (MiB) of its process tree, exit status."""
+def run_stage(repo: Path, stage: str, timeout: float, force: bool = False) -> dict[str, Any]:
+    """``dvc repro -s stage`` (``-f``: even if up to date): wall seconds, peak RSS (MiB) of its process tree, exit
+    status."""
     t0 = time.perf_counter()
-    p = subprocess.Popen([sys.executable, "-c", _PEAK, "dvc", "repro", "-s", stage], cwd=repo, env=_env(),
+    p = subprocess.Popen([sys.executable, "-c", _PEAK, "dvc", "repro", "-s", *(["-f"] if force else []), stage],
+                         cwd=repo, env=_env(),
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         out, _ = p.communicate(timeout=timeout)
@@ -209,6 +215,15 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def code_version() -> str:
+    """The commit the benchmark's workspaces were copied from (+ "-dirty" with uncommitted changes)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "--", *PROJECT_FILES) else "")
+
+
 def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str]) -> dict[str, Any]:
     from bench.synthetic_xmc import generate
 
@@ -231,7 +246,8 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         if f.is_file():
             d = json.loads(f.read_text())
             metrics[m] = {k: d.get(k) for k in ("P@1", "P@5", "R@100")}
-    return {"n": n, "n_labels": n, "dataset": stats, "generate_seconds": round(gen_seconds, 1), "stages": rows,
+    return {"n": n, "n_labels": n, "commit": code_version(), "dataset": stats, "generate_seconds": round(gen_seconds, 1),
+            "stages": rows,
             "completed": all(r["ok"] for r in rows), "total_seconds": round(sum(r["seconds"] for r in rows), 1),
             "peak_rss_mib": max((r["peak_rss_mib"] for r in rows), default=0.0), "metrics": metrics}
 
@@ -247,6 +263,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--stage-timeout", type=float, default=3 * 3600)
     ap.add_argument("--targets", default="report,package")
     ap.add_argument("--keep", action="store_true", help="keep the workspaces and data (default: delete each)")
+    ap.add_argument("--restage", default="",
+                    help="comma-separated stages to rerun with the current code in the kept workspace of each size "
+                         "(made with --keep), replacing their rows in --out")
+    ap.add_argument("--merge", action="store_true",
+                    help="add these sizes' runs to --out (replacing runs of the same size) and recompute the growth")
     a = ap.parse_args(argv)
     if a.replot:
         result = json.loads(Path(a.out).read_text())
@@ -257,6 +278,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
                               "profile": {"methods": METHODS, "epochs": a.epochs, "encoder": BOW}, "runs": []}
+    if a.restage:
+        return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot)
     for n in sizes:
         print(f"size {n:,}", flush=True)
         run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","))
@@ -267,13 +290,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if not run["completed"]:
             print(f"stopping: size {n:,} did not complete", flush=True)
             break
-    done = [r for r in result["runs"] if r["completed"]]
-    stages = sorted({s["stage"] for r in done for s in r["stages"]})
-    result["growth"] = {}
-    for stage in stages:
-        pts = [(r["n"], s) for r in done for s in r["stages"] if s["stage"] == stage]
-        result["growth"][stage] = {"seconds": growth([n for n, _ in pts], [s["seconds"] for _, s in pts]),
-                                   "peak_rss": growth([n for n, _ in pts], [s["peak_rss_mib"] for _, s in pts])}
+    if a.merge and Path(a.out).is_file():
+        kept = [r for r in json.loads(Path(a.out).read_text())["runs"] if r["n"] not in sizes]
+        result["runs"] = sorted(kept + result["runs"], key=lambda r: r["n"])
+    result["growth"] = growth_table(result["runs"])
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
     if a.plot and result["runs"]:
         plot(result, Path(a.plot))
@@ -281,6 +301,51 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for stage, g in result["growth"].items():
         print(f"  {stage:32s} {g['seconds']['exponent']!s:>6} {g['peak_rss']['exponent']!s:>6}")
     return result
+
+
+def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_timeout: float, out: Path,
+            plot_path: str | None) -> dict[str, Any]:
+    """Rerun ``stages`` with the current code in each size's kept workspace; their rows in ``out`` are replaced
+    (marked with the commit that ran them) and the growth recomputed."""
+    result = json.loads(out.read_text())
+    for n in sizes:
+        repo, data = work / f"repo_{n}", work / f"data_{n}"
+        if not repo.is_dir():
+            raise SystemExit(f"{repo}: no kept workspace (run this size with --keep first)")
+        make_workspace(repo, data, scale_params(epochs), refresh=True)
+        run = next(r for r in result["runs"] if r["n"] == n)
+        for stage in stages:
+            row = run_stage(repo, stage, stage_timeout, force=True)
+            row["commit"] = code_version()
+            print(f"  n={n:>9,}  {stage:32s} {row['seconds']:9.1f} s  {row['peak_rss_mib']:8.0f} MiB (rerun)", flush=True)
+            run["stages"] = [row if r["stage"] == stage else r for r in run["stages"]]
+            if stage not in {r["stage"] for r in run["stages"]}:
+                run["stages"].append(row)
+        run["completed"] = all(r["ok"] for r in run["stages"])
+        run["total_seconds"] = round(sum(r["seconds"] for r in run["stages"]), 1)
+        run["peak_rss_mib"] = max(r["peak_rss_mib"] for r in run["stages"])
+        for m in METHODS:
+            f = repo / "metrics" / f"{m}.json"
+            if f.is_file():
+                d = json.loads(f.read_text())
+                run.setdefault("metrics", {})[m] = {k: d.get(k) for k in ("P@1", "P@5", "R@100")}
+    result["growth"] = growth_table(result["runs"])
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    if plot_path:
+        plot(result, Path(plot_path))
+    return result
+
+
+def growth_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per stage: the growth exponents of seconds and peak RSS over the runs that completed."""
+    done = [r for r in runs if r["completed"]]
+    stages = sorted({s["stage"] for r in done for s in r["stages"]})
+    table = {}
+    for stage in stages:
+        pts = [(r["n"], s) for r in done for s in r["stages"] if s["stage"] == stage]
+        table[stage] = {"seconds": growth([n for n, _ in pts], [s["seconds"] for _, s in pts]),
+                        "peak_rss": growth([n for n, _ in pts], [s["peak_rss_mib"] for _, s in pts])}
+    return table
 
 
 if __name__ == "__main__":

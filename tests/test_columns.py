@@ -31,6 +31,7 @@ def test_column_round_trip_and_indexing(tmp_path):
         col[[0, 99]]
     assert pickle.loads(pickle.dumps(col)) == TEXTS   # pickles as its paths (DataLoader workers, spawn)
     assert col != TEXTS[:-1] and col != [*TEXTS[:-1], "other"]
+    assert col + ["z"] == [*TEXTS, "z"] and ["z"] + col == ["z", *TEXTS] and col + col == TEXTS + TEXTS
 
 
 def test_column_with_missing_values_and_empty_column(tmp_path):

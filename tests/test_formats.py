@@ -362,10 +362,11 @@ def test_ingest_stage_on_good_data_writes_processed_dir(tmp_path: Path, xc_dir: 
     r = _run_ingest(tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == [
-        "label_side", "lbl.jsonl", "meta.json", "source.json", "trn.jsonl", "trn_Y.npz", "tst.jsonl", "tst_Y.npz",
+        "columns", "label_side", "lbl.jsonl", "meta.json", "source.json", "trn.jsonl", "trn_Y.npz", "tst.jsonl", "tst_Y.npz",
         "tst_filter.npz", "val.jsonl", "val_Y.npz"]
     # an XC dataset without a label graph: the label-side folder exists (a stage can depend on it) and is empty
     assert json.loads((out / "label_side" / "manifest.json").read_text()) == {"files": []}
+    assert sorted(p.name for p in (out / "columns").iterdir()) == ["lbl", "manifest.json", "trn", "tst", "val"]
     meta = json.loads((out / "meta.json").read_text())
     # one of the two training documents (d0: 2 rows, d1: 1 row) became the validation split
     assert meta["counts"]["trn"]["instances"] + meta["counts"]["val"]["instances"] == 3

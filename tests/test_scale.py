@@ -35,3 +35,11 @@ def test_growth_exponent_is_the_log_log_slope():
     assert g["exponent"] == 1.0 and g["pairwise"] == [1.0, 1.0]
     g = scale.growth([10_000, 100_000], [1.0, 100.0])
     assert g["exponent"] == 2.0
+
+
+def test_growth_table_uses_completed_runs_only():
+    def run(n, secs, ok=True):
+        return {"n": n, "completed": ok, "stages": [{"stage": "tfidf", "seconds": secs, "peak_rss_mib": 100.0}]}
+
+    table = scale.growth_table([run(10_000, 1.0), run(100_000, 10.0), run(1_000_000, 5000.0, ok=False)])
+    assert table["tfidf"]["seconds"]["exponent"] == 1.0 and table["tfidf"]["peak_rss"]["exponent"] == 0.0

@@ -224,3 +224,23 @@ def test_knn_label_voting_equals_the_dense_block_version(corpus, n_neighbors, k,
     Q = f.transform(["w1 w2 w3", "zzzz", "w5 w5 w7 w100", "w0"] * 5) if chunk == 33 else f.trn
     new = knn_label_voting(Q, f.trn, Y, n_neighbors, k, chunk=chunk, power=power)
     assert_same(new, old_knn_label_voting(Q, f.trn, Y, n_neighbors, k, chunk=chunk, power=power))
+
+
+def test_prune_postings_keeps_each_terms_largest_entries():
+    from xmc.sparse_topk import prune_postings
+
+    rng = np.random.default_rng(3)
+    B = sp.random(300, 40, density=0.2, format="csr", random_state=4, dtype=np.float64)
+    B.data = np.round(B.data, 1)   # exact ties at the cut are kept
+    P = prune_postings(B, 5)
+    dense, kept = B.toarray(), P.toarray()
+    for t in range(B.shape[1]):
+        col = dense[:, t][dense[:, t] != 0]
+        cut = np.sort(col)[::-1][min(5, len(col)) - 1] if len(col) else 0
+        want = np.where(dense[:, t] >= cut, dense[:, t], 0) if len(col) > 5 else dense[:, t]
+        assert np.array_equal(kept[:, t], want)
+    assert (np.diff(P.tocsc().indptr) >= np.minimum(5, np.diff(B.tocsc().indptr))).all()
+    assert prune_postings(B, 0) is B and prune_postings(B, 10_000).nnz == B.nnz
+    # a query's product with the pruned side has at most (its terms x cap) nonzeros
+    q = sp.csr_matrix(rng.random((1, 40)) * (rng.random((1, 40)) < 0.2))
+    assert (q @ P.T).nnz <= q.nnz * 5 + 5 * 40

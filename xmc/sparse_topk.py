@@ -128,6 +128,30 @@ def csr_topk(S: sp.csr_matrix, k: int, zeros_are_candidates: bool = True) -> Top
     return TopK(idx, sc)
 
 
+def prune_postings(B: sp.csr_matrix, max_per_term: int) -> sp.csr_matrix:
+    """Static index pruning (Carmel et al., 2001): each column (term) of ``B`` (items x terms) keeps only its
+    ``max_per_term`` largest entries (and exact ties at the cut); 0 keeps everything.
+
+    An exact sparse product costs the sum of the query terms' posting lengths, which grows with the number of
+    items: with a fixed vocabulary, scoring every query against every label or training instance is quadratic in
+    the data size. Capped postings bound a query's work by (its terms x ``max_per_term``); an item loses a term's
+    contribution only where that term weighs less in it than in ``max_per_term`` other items."""
+    if max_per_term <= 0 or B.nnz == 0:
+        return B
+    C = B.tocsc()
+    C.sort_indices()
+    indptr = C.indptr.astype(np.int64)
+    lens = np.diff(indptr)
+    kth = _kth_largest(indptr, C.data, lens, max_per_term)
+    if kth is None:
+        return B
+    keep = C.data >= np.repeat(kth, lens)
+    cols = np.repeat(np.arange(C.shape[1]), lens)[keep]
+    pruned = sp.csc_matrix((C.data[keep], C.indices[keep], np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=C.shape[1]))])),
+                           shape=C.shape)
+    return pruned.tocsr()
+
+
 def row_blocks(A: sp.csr_matrix, BT: sp.csr_matrix, max_rows: int,
                nnz_budget: int = NNZ_BUDGET) -> list[tuple[int, int]]:
     """Consecutive row ranges of ``A`` whose product with ``BT`` stays within ``nnz_budget`` nonzeros.

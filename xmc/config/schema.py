@@ -132,6 +132,11 @@ class TfidfConfig(Section):
 class TfidfKnnConfig(Section):
     n_neighbors: PosInt = 10
     power: NonNegFloat = 1.0
+    max_postings_per_term: NonNegInt = 0   # static pruning of the training side (xmc.sparse_topk.prune_postings)
+
+
+class TfidfZeroShotConfig(Section):
+    max_postings_per_term: NonNegInt = 0   # static pruning of the label side (xmc.sparse_topk.prune_postings)
 
 
 class BootstrapConfig(Section):
@@ -672,6 +677,7 @@ class ParamsConfig(Section):
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     tfidf: TfidfConfig = TfidfConfig()
     tfidf_knn: TfidfKnnConfig = TfidfKnnConfig()
+    tfidf_zeroshot: TfidfZeroShotConfig = TfidfZeroShotConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     dual_encoder: DualEncoderConfig = DualEncoderConfig()
     bow_encoder: dict[str, Any] | None = None   # a YAML anchor: a run override (checked like a run)

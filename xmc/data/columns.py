@@ -126,6 +126,12 @@ class TextColumn(Sequence):
             return NotImplemented if not isinstance(other, Sequence) else False
         return all(a == b for a, b in zip(self, other))
 
+    def __add__(self, other: Sequence[str]) -> list[str]:   # list-like: concatenation gives a list
+        return [*self, *other]
+
+    def __radd__(self, other: Sequence[str]) -> list[str]:
+        return [*other, *self]
+
     __hash__ = None   # type: ignore[assignment]   # mutable-compatible equality, like list
 
     def __repr__(self) -> str:

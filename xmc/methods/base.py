@@ -211,7 +211,8 @@ def predictor_options(params: dict[str, Any], ds: Any, variant: dict[str, Any]) 
     """Everything a predictor may need when it is built; each kind reads its own keys."""
     import scipy.sparse as sp
 
-    return {"index": params["index"], "tfidf_knn": params["tfidf_knn"], "train_labels": sp.csr_matrix(ds.trn.Y), **variant}
+    return {"index": params["index"], "tfidf_knn": params["tfidf_knn"], "tfidf_zeroshot": params.get("tfidf_zeroshot"),
+            "train_labels": sp.csr_matrix(ds.trn.Y), **variant}
 
 
 def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root: str | Path = ".",

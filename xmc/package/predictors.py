@@ -17,6 +17,7 @@ Kinds:
 
 from __future__ import annotations
 
+import logging
 import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
@@ -26,6 +27,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmc.errors import ConfigError, DataFormatError
+
+log = logging.getLogger(__name__)
 
 
 def _link_or_copy(s: str | Path, d: str | Path) -> None:
@@ -257,6 +260,20 @@ def _load_csr(path: Path) -> sp.csr_matrix:
         raise DataFormatError(path, None, f"not a sparse matrix ({str(e)[:120]})") from None
 
 
+def _save_postings(src: Path, dest: Path, X: sp.csr_matrix, max_per_term: int) -> None:
+    """The item side of a TF-IDF predictor, its postings capped at ``max_per_term`` per term (0: copied as is)."""
+    if max_per_term <= 0:
+        shutil.copy2(src, dest)
+        return
+    from xmc.io import save_csr
+    from xmc.sparse_topk import prune_postings
+
+    pruned = prune_postings(X, max_per_term)
+    log.info("%s: postings capped at %d per term keep %d of %d entries (%.1f%%)", src.name, max_per_term,
+             pruned.nnz, X.nnz, 100.0 * pruned.nnz / max(X.nnz, 1))
+    save_csr(dest, pruned)
+
+
 class TfidfZeroShotPredictor(Predictor):
     """Cosine between TF-IDF vectors of the text and of each label text; no training labels."""
 
@@ -267,12 +284,15 @@ class TfidfZeroShotPredictor(Predictor):
 
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        from xmc.config.schema import TfidfZeroShotConfig, filled
+
         _copy_vectorizer(source, out / "tfidf")
         X = _load_csr(source / "X_lbl.npz")
         if X.shape[0] != len(label_texts):
             raise DataFormatError(source / "X_lbl.npz", None, f"{X.shape[0]} label rows for {len(label_texts)} labels")
-        shutil.copy2(source / "X_lbl.npz", out / "tfidf" / "X_lbl.npz")
-        return {"kind": cls.kind, "tfidf": "tfidf"}
+        cap = filled(TfidfZeroShotConfig, options.get("tfidf_zeroshot"), "tfidf_zeroshot")["max_postings_per_term"]
+        _save_postings(source / "X_lbl.npz", out / "tfidf" / "X_lbl.npz", X, cap)
+        return {"kind": cls.kind, "tfidf": "tfidf", "max_postings_per_term": cap}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfZeroShotPredictor:
@@ -309,12 +329,13 @@ class TfidfKNNPredictor(Predictor):
         if Y.shape != (X.shape[0], len(label_texts)):
             raise DataFormatError(source / "X_trn.npz", None, f"{X.shape[0]} training rows but the label matrix is "
                                   f"{Y.shape[0]} x {Y.shape[1]} for {len(label_texts)} labels")
-        shutil.copy2(source / "X_trn.npz", out / "tfidf" / "X_trn.npz")
-        save_csr(out / "tfidf" / "Y_trn.npz", Y)
         from xmc.config.schema import TfidfKnnConfig, filled
 
         knn = filled(TfidfKnnConfig, options.get("tfidf_knn"), "tfidf_knn")
-        return {"kind": cls.kind, "tfidf": "tfidf", "n_neighbors": knn["n_neighbors"], "power": knn["power"]}
+        _save_postings(source / "X_trn.npz", out / "tfidf" / "X_trn.npz", X, knn["max_postings_per_term"])
+        save_csr(out / "tfidf" / "Y_trn.npz", Y)
+        return {"kind": cls.kind, "tfidf": "tfidf", "n_neighbors": knn["n_neighbors"], "power": knn["power"],
+                "max_postings_per_term": knn["max_postings_per_term"]}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfKNNPredictor:
