@@ -1,14 +1,17 @@
-"""Bag-of-words training speed: today's step against the previous one, and both against the machine's roofline.
+"""Bag-of-words training speed: today's step against the code the speed issue was filed on, and against the roofline.
 
-For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one process on the same data:
+For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one command on the same data:
 
-* ``old``: torch's SparseAdam for the embedding tables and, for ASTRA, k_r uniform negatives drawn per query
-  (B x k_r classifier rows gathered per step): the settings before this benchmark existed;
-* ``new``: the shipped settings (RowAdam, and ASTRA's ``uniform_shared`` draw: one matrix product).
+* ``reference``: the library at ``--reference`` (default 4d3dee1, the code when issue 19 asked for a 5x faster
+  step), checked out in a temporary git worktree and measured by this script's own code in a subprocess, with that
+  commit's params;
+* ``new``: the current library and params;
+* ``new_shared_uniform`` (ASTRA): the selection candidate ``astra_shared_uniform`` (one uniform draw of 2,000 labels
+  per batch, a validation tie on P@5: docs/selection.md).
 
-Each variant trains ``--epochs`` full epochs (after a warm-up step) from the same initialisation; the figure is
-sentences per second of the training loop (ANN refreshes included, checkpoint writes excluded, as the trainer
-reports an epoch), plus the wall time.
+Each variant trains ``--epochs`` full epochs from the same initialisation; the figure is sentences per second of
+the training loop (ANN refreshes included, checkpoint writes excluded, as the trainer reports an epoch), plus the
+wall time, and the final loss (equal losses: the same computation).
 
 Roofline: per step, the bytes the step must move at least (embedding rows gathered and their gradients, the
 optimiser's read-modify-write of the touched rows and their two moments) and the FLOPs it must do (bag sums,
@@ -17,7 +20,8 @@ in the same process (a large in-memory copy for bandwidth, a matrix product for 
 epoch is sum over steps of max(bytes / bandwidth, FLOPs / peak); measured / roofline says how far a step is from
 what the hardware allows.
 
-    python -m bench.bow_training_speed [--epochs 1] [--processed data/processed] [--out bench/bow_training_speed.json]
+    python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
+                                       [--out bench/bow_training_speed.json]
 
 Not a test: run it on an idle machine.
 """
@@ -28,6 +32,8 @@ import argparse
 import json
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -132,50 +138,94 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     n = sum(e["steps"] for e in epochs_h) * trainer.cfg.batch_size
     n = min(n, len(ds.trn) * len(epochs_h))
     roof = per_step * trainer.steps_per_epoch * len(epochs_h)
+    per_epoch = min(trainer.steps_per_epoch * trainer.cfg.batch_size, len(ds.trn))
     return {"epochs": len(epochs_h), "loop_seconds": round(loop, 2), "wall_seconds": round(wall, 2),
-            "sentences_per_s": round(n / loop, 1), "final_loss": result["history"]["loss"][-1]["loss"],
+            "sentences_per_s": round(n / loop, 1),
+            # the first epoch also hashes every text once (the encoder caches the ids), later ones add refreshes
+            "epoch_sentences_per_s": [round(per_epoch / e["seconds"], 1) for e in epochs_h],
+            "final_loss": result["history"]["loss"][-1]["loss"],
             "step_bytes_MB": round(float(np.mean(bytes_)) / 1e6, 1), "step_GFLOP": round(float(np.mean(flops)) / 1e9, 2),
             "roofline_seconds": round(float(roof), 2), "measured_over_roofline": round(float(loop / roof), 1)}
 
 
 VARIANTS = {
-    "astra": {"old": {"train": {"sparse_optimizer": "torch_sparse_adam"}, "negatives": {"uniform_shared": False}},
-              "new": {},
+    "astra": {"new": {},
               # the selection candidate astra_shared_uniform (a validation tie on P@5 with the per-query draw)
               "new_shared_uniform": {"negatives": {"uniform_shared": True, "uniform_negatives": 2000}}},
-    "dexml_bow": {"old": {"train": {"sparse_optimizer": "torch_sparse_adam"}}, "new": {}},
+    "dexml_bow": {"new": {}},
 }
+REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
-    from xmc.config import load_params, set_offline_env
-
-    set_offline_env()
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--processed", default="data/processed")
-    ap.add_argument("--runs", default="astra,dexml_bow")
-    ap.add_argument("--out", default="bench/bow_training_speed.json")
-    a = ap.parse_args()
-    torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
+def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str, epochs: int,
+            peaks: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """{run: {variant: figures}} with the library this process imports (and the params of its working directory)."""
+    from xmc.config import load_params
     from xmc.data import load_processed
 
     params = load_params()
-    ds = load_processed(a.processed, splits=("trn", "val"))
+    ds = load_processed(processed, splits=("trn", "val"))
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        for variant, overrides in variants.get(run, {"": {}}).items():
+            out.setdefault(run, {})[variant] = fig = run_variant(run, run, overrides, params, ds, epochs, peaks)
+            print(run, variant or "reference", fig, flush=True)
+    return out
+
+
+def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
+                      peaks: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """The same measurement of the library at ``commit``: a temporary worktree, this script run there as a worker
+    (its directory first on the path, so ``import xmc`` is that commit's)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "reference"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
+                       capture_output=True)
+        try:
+            env = {**os.environ, "PYTHONPATH": str(tree)}
+            p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--runs", ",".join(runs),
+                                "--epochs", str(epochs), "--processed", str(Path(processed).resolve()),
+                                "--peaks", json.dumps(peaks)], cwd=tree, env=env, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise SystemExit(f"the reference run at {commit} failed:\n{p.stderr[-3000:]}")
+            return json.loads(p.stdout.strip().splitlines()[-1])
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+
+
+def main() -> None:
+    from xmc.config import set_offline_env
+
+    set_offline_env()
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=3)   # ASTRA's hard negatives start at its third epoch
+    ap.add_argument("--processed", default="data/processed")
+    ap.add_argument("--runs", default="astra,dexml_bow")
+    ap.add_argument("--reference", default=REFERENCE, help="the commit whose library is the baseline")
+    ap.add_argument("--out", default="bench/bow_training_speed.json")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--peaks", default="", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
+    runs = a.runs.split(",")
+    if a.worker:   # inside the reference worktree: one line of JSON on stdout
+        res = measure(runs, {}, a.processed, a.epochs, json.loads(a.peaks))
+        print(json.dumps({r: v[""] for r, v in res.items()}))
+        return
     peaks = machine_peaks()
     print("machine peaks:", peaks, flush=True)
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                                        "python": platform.python_version(), "torch": torch.__version__, **peaks},
-                           "train_sentences": len(ds.trn), "epochs": a.epochs, "runs": {}}
-    for run in a.runs.split(","):
-        res = {}
-        for variant in VARIANTS[run]:
-            res[variant] = run_variant(run, run, VARIANTS[run][variant], params, ds, a.epochs, peaks)
-            print(run, variant, res[variant], flush=True)
-        for variant in VARIANTS[run]:
-            if variant != "old":
-                res[f"speedup_{variant}_over_old"] = round(res[variant]["sentences_per_s"] / res["old"]["sentences_per_s"], 2)
-        res["settings"] = VARIANTS[run]  # what each variant changes on the shipped run
+                           "reference_commit": a.reference, "epochs": a.epochs, "runs": {}}
+    reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
+    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)
+    for run in runs:
+        res = {"reference": reference[run], **new[run]}
+        for variant in new[run]:
+            res[f"speedup_{variant}_over_reference"] = round(res[variant]["sentences_per_s"]
+                                                             / res["reference"]["sentences_per_s"], 2)
+        res["settings"] = VARIANTS[run]   # what each variant changes on the shipped run
         out["runs"][run] = res
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({r: {k: x for k, x in v.items() if k.startswith("speedup")} for r, v in out["runs"].items()}))

@@ -352,11 +352,15 @@ def test_per_epoch_monitoring_scores_the_validation_split_never_test():
     assert RetrievalEvaluator.monitoring(no_test, {"eval_every_epochs": 0}, None) == (None, 0)
 
 
-def test_row_adam_follows_torch_sparse_adam():
-    """RowAdam is SparseAdam's rule (lazy Adam: untouched rows and their moments stay put) in one pass."""
+@pytest.mark.parametrize("block_elements", [1 << 17, 24])   # one block, and blocks of 3 rows
+def test_row_adam_follows_torch_sparse_adam(block_elements, monkeypatch):
+    """RowAdam is SparseAdam's rule (lazy Adam: untouched rows and their moments stay put), block by block."""
     from torch import nn
 
+    from xmc.train import row_adam
     from xmc.train.row_adam import RowAdam
+
+    monkeypatch.setattr(row_adam, "_BLOCK_ELEMENTS", block_elements)
 
     torch.manual_seed(0)
     a = nn.Embedding(50, 8, sparse=True)
@@ -376,6 +380,39 @@ def test_row_adam_follows_torch_sparse_adam():
     sa, sb = oa.state[a.weight], ob.state[b.weight]
     assert sa["step"] == sb["step"] == 20
     assert torch.allclose(sa["exp_avg"], sb["exp_avg"], atol=1e-6) and torch.allclose(sa["exp_avg_sq"], sb["exp_avg_sq"], atol=1e-6)
+
+
+def test_row_adam_in_place_blocks_equal_gathered_rows(monkeypatch):
+    """A block updated in place over its slice (most rows touched) gives bit for bit what gathering its touched rows
+    gives, and leaves untouched rows and their moments exactly as they were."""
+    from torch import nn
+
+    from xmc.train import row_adam
+    from xmc.train.row_adam import RowAdam
+
+    monkeypatch.setattr(row_adam, "_BLOCK_ELEMENTS", 7 * 13)   # blocks of 13 rows
+    gen = torch.Generator().manual_seed(3)
+    tables, opts = [], []
+    for share in (0.0, 2.0):   # 0: every block in place; 2: every block gathered
+        t = nn.Embedding(100, 7, sparse=True)
+        with torch.no_grad():
+            t.weight.copy_(torch.arange(700, dtype=torch.float32).reshape(100, 7).sin())
+        tables.append((share, t))
+        opts.append(RowAdam(t.parameters(), lr=0.05))
+    for _ in range(6):
+        ids = torch.randint(0, 90, (60,), generator=gen)   # rows 90..99 never touched; ids repeat
+        target = torch.randn(60, 7, generator=gen)
+        for (share, t), opt in zip(tables, opts):
+            monkeypatch.setattr(row_adam, "_DENSE_BLOCK_SHARE", share)
+            opt.zero_grad()
+            ((t(ids) - target) ** 2).sum().backward()
+            opt.step()
+    (_, a), (_, b) = tables
+    assert torch.equal(a.weight, b.weight)
+    for key in ("exp_avg", "exp_avg_sq"):
+        assert torch.equal(opts[0].state[a.weight][key], opts[1].state[b.weight][key])
+    assert torch.equal(a.weight[90:], torch.arange(630, 700, dtype=torch.float32).reshape(10, 7).sin())
+    assert not opts[0].state[a.weight]["exp_avg"][90:].any()
 
 
 def _drop_positives_reference(Y, ids, size):

@@ -16,6 +16,79 @@ from typing import Any
 import torch
 
 
+_BLOCK_ELEMENTS = 1 << 18   # 1 MB of float32 per tensor of a block: the block's m, v, g and update stay in cache
+_DENSE_BLOCK_SHARE = 0.25   # a block of the table with at least this share of its rows touched is updated in place
+
+
+def _adam_rows(p: torch.Tensor, m_all: torch.Tensor, v_all: torch.Tensor, g: torch.Tensor, rows: torch.Tensor | None,
+               b1: float, b2: float, eps: float, step_size: float) -> None:
+    """Lazy Adam on ``rows`` of ``p`` (all rows when None) with their gradient ``g``: the rows and their moments are
+    gathered, updated and written back."""
+    m = m_all.index_select(0, rows) if rows is not None else m_all
+    v = v_all.index_select(0, rows) if rows is not None else v_all
+    m.lerp_(g, 1 - b1)                            # m <- b1 m + (1 - b1) g
+    v.mul_(b2).addcmul_(g, g, value=1 - b2)       # v <- b2 v + (1 - b2) g^2
+    if rows is None:
+        p.addcdiv_(m, v.sqrt().add_(eps), value=-step_size)
+        return
+    m_all.index_copy_(0, rows, m)
+    v_all.index_copy_(0, rows, v)
+    update = m.div_(v.sqrt_().add_(eps))          # the block's copies are no longer needed: in place
+    p.index_add_(0, rows, update, alpha=-step_size)
+
+
+def _adam_slice(p: torch.Tensor, m: torch.Tensor, v: torch.Tensor, local: torch.Tensor, g_rows: torch.Tensor,
+                b1: float, b2: float, eps: float, step_size: float) -> None:
+    """Lazy Adam on the rows ``local`` of a contiguous slice of the table (``p``, ``m``, ``v`` are views), computed
+    on the whole slice in place: untouched rows get a zero gradient and factors that leave them exactly as they
+    were (moment weights 1, step 0), touched rows the same arithmetic as :func:`_adam_rows`. No gather or scatter
+    of the moments: each of p, m, v is read and written once."""
+    touched = torch.zeros(p.shape[0], 1, dtype=torch.bool, device=p.device)
+    touched[local] = True
+    g = torch.zeros_like(p)
+    g.index_copy_(0, local, g_rows)
+    m.lerp_(g, torch.where(touched, 1 - b1, 0.0).to(m.dtype))
+    v.mul_(torch.where(touched, b2, 1.0).to(v.dtype)).addcmul_(g, g, value=1 - b2)
+    update = torch.sqrt(v, out=g).add_(eps)
+    torch.div(m, update, out=update)
+    p.add_(update.mul_(touched), alpha=-step_size)
+
+
+def _lazy_adam_sparse(p: torch.Tensor, m_all: torch.Tensor, v_all: torch.Tensor, rows: torch.Tensor,
+                      vals: torch.Tensor, b1: float, b2: float, eps: float, step_size: float) -> None:
+    """The update of the touched ``rows`` (increasing), a block of the table at a time: a block where many rows
+    moved (ASTRA's classifiers: most of them every step) is updated in place over its slice, one where few did (a
+    bag-of-words table) by gathering those rows."""
+    block = max(1, _BLOCK_ELEMENTS // max(1, vals[0].numel()))
+    bounds = torch.searchsorted(rows, torch.arange(0, p.shape[0] + block, block, device=rows.device)).tolist()
+    pending = []   # sparse blocks' row spans, gathered in chunks of about ``block`` rows
+    for i, (a, b) in enumerate(zip(bounds, bounds[1:])):
+        if b - a >= _DENSE_BLOCK_SHARE * block:
+            lo, hi = i * block, min((i + 1) * block, p.shape[0])
+            _adam_slice(p[lo:hi], m_all[lo:hi], v_all[lo:hi], rows[a:b] - lo, vals[a:b], b1, b2, eps, step_size)
+        elif b > a:
+            pending.append((a, b))
+    start = None
+    for j, (a, b) in enumerate(pending):   # consecutive sparse spans merged up to ``block`` rows per gather
+        start = a if start is None else start
+        last = j + 1 == len(pending)
+        if last or pending[j + 1][0] != b or pending[j + 1][1] - start > block:
+            _adam_rows(p, m_all, v_all, vals[start:b], rows[start:b], b1, b2, eps, step_size)
+            start = None
+
+
+def sorted_unique_rows(g: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(rows, values) of a sparse row gradient whose rows are already strictly increasing (one per row, as
+    :func:`~xmc.train.candidate_scores.candidate_scores` makes them; autograd drops the coalesced flag when it
+    stores a gradient), else (None, None): then it needs a coalesce (a sort and a copy of the values)."""
+    if g.is_coalesced():
+        return g.indices()[0], g.values()
+    rows = g._indices()[0]
+    if rows.numel() and g._values().shape[0] == rows.numel() and bool((rows[1:] > rows[:-1]).all()):
+        return rows, g._values()
+    return None, None
+
+
 class RowAdam(torch.optim.Optimizer):
     """Lazy Adam for parameters whose gradients are sparse COO row gradients (``nn.Embedding(sparse=True)``,
     ``nn.EmbeddingBag(sparse=True)``); a dense gradient updates every row (then it is plain Adam)."""
@@ -39,8 +112,10 @@ class RowAdam(torch.optim.Optimizer):
                     continue
                 g = p.grad
                 if g.is_sparse:
-                    g = g.coalesce()  # duplicate rows summed: the update is non-linear in the gradient
-                    rows, vals = g.indices()[0], g.values()
+                    rows, vals = sorted_unique_rows(g)
+                    if rows is None:
+                        g = g.coalesce()  # duplicate rows summed: the update is non-linear in the gradient
+                        rows, vals = g.indices()[0], g.values()
                     if vals.numel() == 0:
                         continue
                 else:
@@ -51,19 +126,12 @@ class RowAdam(torch.optim.Optimizer):
                     state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                     state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["step"] += 1
-                m_all, v_all = state["exp_avg"], state["exp_avg_sq"]
-                m = m_all.index_select(0, rows) if rows is not None else m_all
-                v = v_all.index_select(0, rows) if rows is not None else v_all
-                m.lerp_(vals, 1 - b1)                            # m <- b1 m + (1 - b1) g
-                v.mul_(b2).addcmul_(vals, vals, value=1 - b2)    # v <- b2 v + (1 - b2) g^2
-                if rows is not None:
-                    m_all.index_copy_(0, rows, m)
-                    v_all.index_copy_(0, rows, v)
                 step = state["step"]
                 step_size = lr * math.sqrt(1 - b2**step) / (1 - b1**step)
-                update = m.div(v.sqrt().add_(eps))
-                if rows is not None:
-                    p.index_add_(0, rows, update, alpha=-step_size)
+                m_all, v_all = state["exp_avg"], state["exp_avg_sq"]
+                if rows is None:
+                    _adam_rows(p, m_all, v_all, vals, None, b1, b2, eps, step_size)
                 else:
-                    p.add_(update, alpha=-step_size)
+                    # a block at a time, so its moments and update stay in cache between the element-wise passes
+                    _lazy_adam_sparse(p, m_all, v_all, rows, vals, b1, b2, eps, step_size)
         return loss

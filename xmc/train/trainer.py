@@ -382,6 +382,9 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
+        from xmc.train.memory import reuse_freed_memory
+
+        reuse_freed_memory()   # every step allocates the same large temporaries (xmc.train.memory)
         torch.manual_seed(self.cfg.seed)
         self.try_resume()
         self._check_ranks_agree()
