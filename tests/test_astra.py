@@ -175,6 +175,22 @@ def test_refresh_schedule_and_async_refresh_match_the_synchronous_one(tmp_path):
         assert (s.shortlist[np.diff(Y.indptr) > 0] >= 0).all()
 
 
+def test_pipelined_refresh_does_not_mine_for_an_epoch_after_the_last(tmp_path):
+    texts, labels, Y = synthetic()
+    mined = {}
+    for total in (None, 4):
+        model = small_model(labels)
+        sampler = ASTRANegatives(Y, model.dim, hard_negatives=4, uniform_negatives=8, start_epoch=1,
+                                 refresh_every_epochs=1, async_refresh=True, total_epochs=total)
+        cfg = TrainConfig(epochs=4, batch_size=32, lr=0.05, group_lr={"classifier": 5.0},
+                          group_optimizer={"classifier": "sgd"}, schedule="cosine", warmup_ratio=0.0, device="cpu")
+        Trainer(model, sampler, ASTRAObjective(), cfg, texts, tmp_path / f"ckpt{total}").fit()
+        assert sampler.refreshed_at == [1, 2, 3]
+        mined[total] = None if sampler._pending is None else sampler._pending[0]
+    # without the run's length the last epoch starts mining a shortlist for epoch 4, which never trains
+    assert mined == {None: 4, 4: None}
+
+
 def test_only_the_candidate_rows_of_W_move_under_sgd(tmp_path):
     texts, labels, Y = synthetic(n_q=64, n_l=400)
     model = small_model(labels)

@@ -213,7 +213,7 @@ class ASTRANegatives(NegativeSampler):
                  uniform_negatives: int = 400, refresh_every_epochs: int = 5, start_epoch: int = 5,
                  mine_with: str = "classifiers", index_kind: str = "exact", async_refresh: bool = False,
                  uniform_shared: bool = False, work_dir: str | Path | None = None, encode_batch_size: int = 256,
-                 **index_kw: Any) -> None:
+                 total_epochs: int | None = None, **index_kw: Any) -> None:
         super().__init__(Y, max_positives_per_query, unsampled_positives="positive")
         if refresh_every_epochs < 1:
             raise ConfigError("astra.negatives.refresh_every_epochs must be >= 1")
@@ -226,6 +226,7 @@ class ASTRANegatives(NegativeSampler):
         self.mine_with, self.index_kind, self.index_kw = mine_with, index_kind, index_kw
         self.async_refresh, self.encode_batch_size = bool(async_refresh), encode_batch_size
         self.uniform_shared = bool(uniform_shared)
+        self.total_epochs = total_epochs   # the run's length: no pipelined refresh for an epoch that never comes
         self.work_dir = Path(work_dir) if work_dir is not None else None
         N = self.Y.shape[0]
         # a label-sharded classifier table (set by _snapshot): each rank searches its shard, the top-k are merged
@@ -380,7 +381,8 @@ class ASTRANegatives(NegativeSampler):
             self._install(epoch, result, time.perf_counter() - t0 - result["seconds"])
         # pipelining: mine next epoch's shortlist while this epoch trains (needs embeddings from at least one epoch)
         if self.async_refresh and self.due(epoch + 1) and epoch + 1 > self.start_epoch and self._pending is None \
-                and (epoch + 1) not in self.refreshed_at:
+                and (epoch + 1) not in self.refreshed_at \
+                and (self.total_epochs is None or epoch + 1 < self.total_epochs):
             t0 = time.perf_counter()
             qv, lv, offset = self._snapshot(model, query_texts)
             result = {"snapshot_seconds": time.perf_counter() - t0}
@@ -553,11 +555,14 @@ class FullOvAObjective(Objective):
 # ------------------------------------------------------------------------------------------------
 # one run
 # ------------------------------------------------------------------------------------------------
-def build_astra_sampler(Y: sp.csr_matrix, dim: int, cfg: dict[str, Any] | None, work_dir: str | Path | None) -> ASTRANegatives:
-    """The sampler of ``astra.negatives`` (schema defaults filled; unset index knobs keep the index's defaults)."""
+def build_astra_sampler(Y: sp.csr_matrix, dim: int, cfg: dict[str, Any] | None, work_dir: str | Path | None,
+                        total_epochs: int | None = None) -> ASTRANegatives:
+    """The sampler of ``astra.negatives`` (schema defaults filled; unset index knobs keep the index's defaults) for
+    a run of ``total_epochs`` epochs."""
     from xmc.config.schema import AstraNegatives, filled
 
-    return ASTRANegatives(Y, dim, work_dir=work_dir, **filled(AstraNegatives, cfg, "astra.negatives"))
+    return ASTRANegatives(Y, dim, work_dir=work_dir, total_epochs=total_epochs,
+                          **filled(AstraNegatives, cfg, "astra.negatives"))
 
 
 def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | None, label_texts: Sequence[str],
@@ -588,7 +593,8 @@ class ASTRAMethod(TrainerMethod):
         cfg = ctx.config
         model = build_astra_model(cfg["encoder"], cfg["model"], ds.label_texts, ds.trn.Y,
                                   shard_labels=bool(cfg["train"].get("shard_label_tables", True)))
-        sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg["negatives"]), Path(ctx.work_dir) / "shortlists")
+        sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg["negatives"]), Path(ctx.work_dir) / "shortlists",
+                                      total_epochs=int(cfg["train"]["epochs"]))
 
         def after_fit(history: dict[str, Any]) -> dict[str, Any]:
             sampler.finish_pending()  # a background refresh still mining must not outlive the run
