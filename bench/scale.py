@@ -269,7 +269,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "(made with --keep), replacing their rows in --out")
     ap.add_argument("--merge", action="store_true",
                     help="add these sizes' runs to --out (replacing runs of the same size) and recompute the growth")
+    ap.add_argument("--table", action="store_true", help="print --out as a Markdown table (stage x size) and stop")
     a = ap.parse_args(argv)
+    if a.table:
+        result = json.loads(Path(a.out).read_text())
+        print(markdown_table(result))
+        return result
     if a.replot:
         result = json.loads(Path(a.out).read_text())
         plot(result, Path(a.plot))
@@ -335,6 +340,25 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
     if plot_path:
         plot(result, Path(plot_path))
     return result
+
+
+def markdown_table(result: dict[str, Any]) -> str:
+    """Per stage: seconds / peak MiB at each size, and the growth exponent of seconds; then the whole path."""
+    runs = result["runs"]
+    stages = list(dict.fromkeys(s["stage"] for r in runs for s in r["stages"]))
+    head = "| stage | " + " | ".join(f"10^{round(math.log10(r['n']))}: s / peak MiB" for r in runs) + " | exponent (s) |"
+    lines = [head, "|" + "---|" * (len(runs) + 2)]
+    for stage in stages:
+        cells = []
+        for r in runs:
+            row = next((s for s in r["stages"] if s["stage"] == stage), None)
+            cells.append("–" if row is None else
+                         f"{row['seconds']:,.1f} / {row['peak_rss_mib']:,.0f}" + ("" if row["ok"] else " (failed)"))
+        g = result.get("growth", {}).get(stage, {}).get("seconds", {}).get("exponent")
+        lines.append(f"| {stage} | " + " | ".join(cells) + f" | {'–' if g is None else g} |")
+    lines.append("| **whole path** | " + " | ".join(f"**{r['total_seconds']:,.0f} s / {r['peak_rss_mib']:,.0f}**"
+                                                  for r in runs) + " | |")
+    return "\n".join(lines)
 
 
 def growth_table(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -193,6 +193,35 @@ def test_checkpoint_from_other_settings_is_not_resumed(tmp_path):
     assert t_same.try_resume()
 
 
+def test_checkpoints_wait_for_their_interval(tmp_path, monkeypatch):
+    """With checkpoint_interval_minutes a checkpoint is written only once that much time has passed since the last
+    one (or the start); 0 writes at every opportunity (every 2 steps and at epoch ends here)."""
+    from xmc.train import trainer as trainer_module
+
+    texts, labels, Y = toy()
+    clock = {"now": 0.0}
+    monkeypatch.setattr(trainer_module.time, "monotonic", lambda: clock["now"])
+    written = {}
+    for minutes in (0.0, 1.0):
+        _, t = _train(tmp_path / str(minutes), Y, texts, labels, InBatchNegatives(Y), epochs=2)
+        t.cfg.checkpoint_interval_minutes = minutes
+        steps = []
+        save = t.save_checkpoint
+        t.save_checkpoint = lambda save=save, steps=steps, t=t: (steps.append(t.global_step), save())
+        sampler_batch = t.sampler.make_batch
+
+        def tick(*a, sampler_batch=sampler_batch):   # 25 s of training per step
+            clock["now"] += 25.0
+            return sampler_batch(*a)
+
+        t.sampler.make_batch = tick
+        t.fit()
+        written[minutes] = steps
+    # 5 steps per epoch: every 2 steps + the end of epoch 1, against the first opportunity >= 60 s after the last
+    assert written[0.0] == [2, 4, 5, 7, 9]
+    assert written[1.0] == [4, 7]
+
+
 def test_a_finished_run_keeps_no_checkpoint(tmp_path):
     """The last epoch writes no checkpoint (the model is saved next) and a finished run removes the resumable
     state (GBs for large tables), leaving a small record."""

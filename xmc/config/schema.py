@@ -251,6 +251,9 @@ class TrainSection(Section):
     label_chunk_size: PosInt = 2048
     max_steps_per_epoch: NonNegInt = 0
     checkpoint_every_steps: NonNegInt = 0
+    # a checkpoint (at an epoch end, or every checkpoint_every_steps) is written only once this many minutes have
+    # passed since the last one: a kill loses at most that much training; 0 = at every opportunity
+    checkpoint_interval_minutes: NonNegFloat = 0.0
     eval_every_epochs: NonNegInt = 0
     val_max_instances: NonNegInt = 500
     amp: Literal["auto", "off"] = "auto"

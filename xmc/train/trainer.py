@@ -60,6 +60,7 @@ class TrainConfig:
     seed: int = _DEFAULTS["seed"]
     max_steps_per_epoch: int = _DEFAULTS["max_steps_per_epoch"]  # 0 = full epochs; >0 caps the budget (CPU profiles)
     checkpoint_every_steps: int = _DEFAULTS["checkpoint_every_steps"]
+    checkpoint_interval_minutes: float = _DEFAULTS["checkpoint_interval_minutes"]
     device: str = _DEFAULTS["device"]
     sparse_optimizer: str = _DEFAULTS["sparse_optimizer"]  # row_adam | torch_sparse_adam (embedding tables)
 
@@ -131,6 +132,7 @@ class Trainer:
 
         self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, schedule) for o in self.optimizers]
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
+        self._last_checkpoint = time.monotonic()
         self.use_amp = config.amp == "auto" and self.device.type == "cuda"
 
     def _make_optimizers(self) -> list[torch.optim.Optimizer]:
@@ -175,9 +177,23 @@ class Trainer:
         return opts
 
     # ---- checkpoints -------------------------------------------------------------------------
+    def _checkpoint_due(self) -> bool:
+        """At least ``checkpoint_interval_minutes`` since the last checkpoint (or the start); the ranks of a
+        data-parallel run decide together (each writes or none does: writing has barriers)."""
+        interval = 60.0 * self.cfg.checkpoint_interval_minutes
+        due = interval <= 0 or time.monotonic() - self._last_checkpoint >= interval
+        if self.dist.active and interval > 0:
+            import torch.distributed as dist
+
+            flag = torch.tensor([int(due)])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            due = bool(flag.item())
+        return due
+
     def save_checkpoint(self) -> None:
         from xmc.train.distributed import barrier
 
+        self._last_checkpoint = time.monotonic()
         if not self.dist.is_main and not self.label_sharded:   # the same state on every rank: rank 0 writes it
             barrier(self.dist)
             return
@@ -386,6 +402,7 @@ class Trainer:
 
         reuse_freed_memory()   # every step allocates the same large temporaries (xmc.train.memory)
         torch.manual_seed(self.cfg.seed)
+        self._last_checkpoint = time.monotonic()
         self.try_resume()
         self._check_ranks_agree()
         if self.live is not None:
@@ -429,7 +446,8 @@ class Trainer:
                                                      **{f"train/{k}": v for k, v in parts.items()}})
                 bar.set_postfix(loss=f"{loss:.4f}")
                 bar.update(1)
-                if self.cfg.checkpoint_every_steps and self.step_in_epoch % self.cfg.checkpoint_every_steps == 0:
+                if self.cfg.checkpoint_every_steps and self.step_in_epoch % self.cfg.checkpoint_every_steps == 0 \
+                        and self._checkpoint_due():
                     self.save_checkpoint()
             bar.close()
             epoch_seconds = time.perf_counter() - t_epoch
@@ -449,7 +467,8 @@ class Trainer:
             self.history["epochs"].append({"epoch": epoch + 1, "seconds": round(epoch_seconds, 2),
                                            "steps": len(batches)})
             self.epoch, self.step_in_epoch = epoch + 1, 0
-            if self.epoch < self.cfg.epochs:  # after the last epoch the trained model itself is saved next
+            # after the last epoch the trained model itself is saved next
+            if self.epoch < self.cfg.epochs and self._checkpoint_due():
                 self.save_checkpoint()
         self.model.eval()
         self._completed()
