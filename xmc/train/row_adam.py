@@ -1,10 +1,13 @@
-"""Adam for large embedding tables with sparse (row) gradients, one fused pass per touched row.
+"""Adam for large embedding tables with sparse (row) gradients, a cache-sized block of the table at a time.
 
 The update is torch's :class:`~torch.optim.SparseAdam` (lazy Adam: only the rows a step touched move, with
-the moments and bias correction of that rule), computed on the unique rows directly: gather the rows' two
-moments, update them, write them back and add the step to the parameter rows. torch's implementation builds
-three sparse tensors per table per step and masks the dense moments with them (``sparse_mask``), which took
-most of a bag-of-words or ASTRA step on a CPU (``bench/bow_training_speed.py``).
+the moments and bias correction of that rule), computed on the touched rows directly. torch's implementation builds
+three sparse tensors per table per step and masks the dense moments with them (``sparse_mask``), which took most of
+a bag-of-words or ASTRA step on a CPU (``bench/bow_training_speed.py``). Here the table is walked in blocks small
+enough for the element-wise passes to stay in cache: where few rows of a block moved (a hashed bag-of-words table),
+those rows and their moments are gathered, updated and written back; where most did (ASTRA's classifiers, whose
+uniform negatives cover most labels every step), the block is updated in place, so each of the rows, moments and
+update is read and written once. Both give the same bits (``tests/test_training.py``).
 """
 
 from __future__ import annotations

@@ -121,6 +121,11 @@ def _frames(ds: XMCDataset) -> dict[str, pd.DataFrame]:
     return frames
 
 
+def _shared(reference: set[Any], column: Any) -> list[Any]:
+    """The values of ``reference`` that occur in ``column`` (sorted; missing values left out)."""
+    return sorted({v for v in column if v is not None} & reference)
+
+
 def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
     import great_expectations as gx
 
@@ -140,22 +145,29 @@ def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str,
              E.ExpectColumnValuesToBeBetween(column="n_labels", min_value=1,
                                              severity="critical" if name == "trn" else "warning")),
         ]
-    trn_texts = sorted(set(ds.trn.texts))
+    # "not in the training values": GX copies an expectation's configuration many times per run (2.5 s per
+    # expectation at 10^5 training texts, 18 minutes of validation at 10^6), so each set is restricted to the
+    # training values that occur in the checked column: values outside it cannot match, so the check, its
+    # unexpected count and its examples are the same
+    trn_texts = set(ds.trn.texts)
     for name, what in SPLIT_NAMES[1:]:
         suites[name].append((
             f"{what} texts do not also occur in training",
-            E.ExpectColumnValuesToNotBeInSet(column="text", value_set=trn_texts, severity="warning"),
+            E.ExpectColumnValuesToNotBeInSet(column="text", value_set=_shared(trn_texts, ds.split(name).texts),
+                                             severity="warning"),
         ))
     # a validation split that shares a document with training would leak it (its scores would flatter)
-    trn_groups = sorted({g for g in (ds.trn.groups or []) if g is not None})
+    trn_groups = {g for g in (ds.trn.groups or []) if g is not None}
     if ds.val.groups is not None and trn_groups:
         suites["val"].append((
             "validation documents (groups) do not occur in training",
-            E.ExpectColumnValuesToNotBeInSet(column="group", value_set=trn_groups, severity="critical"),
+            E.ExpectColumnValuesToNotBeInSet(column="group", value_set=_shared(trn_groups, ds.val.groups),
+                                             severity="critical"),
         ))
     suites["val"].append((
         "uids are disjoint from training",
-        E.ExpectColumnValuesToNotBeInSet(column="uid", value_set=sorted(set(ds.trn.uids)), severity="critical"),
+        E.ExpectColumnValuesToNotBeInSet(column="uid", value_set=_shared(set(ds.trn.uids), ds.val.uids),
+                                         severity="critical"),
     ))
     suites["lbl"] = [
         ("label texts are non-empty", E.ExpectColumnValueLengthsToBeBetween(column="text", min_value=1, severity="critical")),
