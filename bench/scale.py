@@ -45,7 +45,7 @@ def scale_params(epochs: int) -> dict[str, Any]:
         "methods": METHODS, "reported": METHODS, "validated": METHODS,
         "predictions": {"dexml_bow": "val tst", "ramen": "val tst", "astra": "val tst"},
         "unidec_predictions": {"unidec": "val tst"},
-        # mining indexes: exact up to index.auto_exact_max labels, HNSW above (exact search is O(N·L) per refresh);
+        # mining indexes: exact up to index.auto_exact_max labels, IVF above (exact search is O(N·L) per refresh);
         # one refresh per epoch (the transformer DEXML's extra refresh every 60 steps would be 65 at 10^6)
         "runs": {"dexml_bow": {"encoder": BOW, "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
                                                               "shortlist_size": 100, "negatives_per_query": 2,

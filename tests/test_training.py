@@ -287,7 +287,7 @@ def test_float16_storage_from_a_memory_mapped_float16_array(tmp_path, kind):
     assert ANNIndex.load(tmp_path / "ix").storage == "float16"
     assert ANNIndex(kind="auto", storage="auto", auto_exact_max=5000).build(X).storage == "float32"
     small = ANNIndex(kind="auto", storage="auto", auto_exact_max=1000).build(X)
-    assert (small.kind, small.storage) == ("hnsw", "float16")
+    assert (small.kind, small.storage) == ("ivf", "float16")
 
 
 def test_inverse_propensity_positive_sampling_prefers_tail_labels_at_the_expected_rate():
@@ -491,13 +491,13 @@ def test_shortlist_search_is_not_widened_by_the_largest_row():
     assert (got[7] >= 250).all()
 
 
-def test_auto_index_is_exact_up_to_its_size_then_hnsw_and_reports_recall_against_exact(tmp_path):
+def test_auto_index_is_exact_up_to_its_size_then_ivf_and_reports_recall_against_exact(tmp_path):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3000, 24)).astype(np.float32)
     q = rng.standard_normal((200, 24)).astype(np.float32)
     small = ANNIndex(kind="auto", auto_exact_max=5000, use_gpu=False).build(x)
-    big = ANNIndex(kind="auto", auto_exact_max=1000, use_gpu=False, hnsw_m=8, ef_search=16).build(x)
-    assert (small.kind, big.kind) == ("exact", "hnsw")
+    big = ANNIndex(kind="auto", auto_exact_max=1000, use_gpu=False, nprobe=8).build(x)
+    assert (small.kind, big.kind) == ("exact", "ivf")
     _, exact_ids = small.search(q, 50)
     assert small.recall_against_exact(q, exact_ids, 50) == 1.0
     _, approx_ids = big.search(q, 50)
@@ -505,4 +505,4 @@ def test_auto_index_is_exact_up_to_its_size_then_hnsw_and_reports_recall_against
     truth = [len(set(a) & set(t)) / 50 for a, t in zip(approx_ids, exact_ids)]
     assert abs(r - float(np.mean(truth))) < 1e-9 and 0.3 < r < 1.0
     big.save(tmp_path / "idx")   # the resolved kind is what a package loads
-    assert ANNIndex.load(tmp_path / "idx", use_gpu=False).kind == "hnsw"
+    assert ANNIndex.load(tmp_path / "idx", use_gpu=False).kind == "ivf"

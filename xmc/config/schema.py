@@ -584,8 +584,8 @@ class IndexConfig(Section):
     kind: IndexKind = "exact"
     hnsw_m: Annotated[int, Field(ge=4, le=512)] = 32
     ef_search: Annotated[int, Field(gt=0, le=100_000)] = 128
-    nprobe: Annotated[int, Field(gt=0, le=100_000)] = 16
-    # kind auto: exact up to this many labels, HNSW above (IVF on a GPU, where faiss has no HNSW)
+    nprobe: Annotated[int, Field(gt=0, le=100_000)] = 32
+    # kind auto: exact up to this many labels, IVF above (xmc.ann.index: cheaper to build than HNSW at 10^6)
     auto_exact_max: Annotated[int, Field(ge=0)] = 200_000
     # vectors held by the index: float16 halves its memory (recall: bench/index_storage.py); auto = float16 for
     # the approximate index chosen above auto_exact_max, float32 otherwise
