@@ -225,18 +225,51 @@ def code_version() -> str:
     return head + ("-dirty" if git("status", "--porcelain", "--", *PROJECT_FILES) else "")
 
 
-def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str]) -> dict[str, Any]:
+def _rows_file(work: Path, n: int) -> Path:
+    return work / f"rows_{n}.jsonl"
+
+
+def _meta_file(work: Path, n: int) -> Path:
+    return work / f"run_{n}.json"
+
+
+def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str],
+             resume: bool = False) -> dict[str, Any]:
+    """Generate size ``n``, make its workspace and run the stages. Each finished stage's row is appended to
+    ``work/rows_<n>.jsonl`` as it ends, so an interrupted run keeps what it measured; ``resume`` continues a kept
+    workspace (made with ``--keep``) with the code it was made with: stages with a successful row are not run again,
+    the others are forced (a half-run stage may have left outputs that DVC would take as done)."""
     from bench.synthetic_xmc import generate
 
-    data = work / f"data_{n}"
-    t0 = time.perf_counter()
-    stats = generate(data, n_train=n, n_labels=n, n_test=max(1000, n // 10), seed=0)
-    gen_seconds = time.perf_counter() - t0
-    repo = make_workspace(work / f"repo_{n}", data, scale_params(epochs))
+    data, repo = work / f"data_{n}", work / f"repo_{n}"
+    rows_file, meta_file = _rows_file(work, n), _meta_file(work, n)
+    kept: dict[str, dict[str, Any]] = {}
+    if resume and repo.is_dir() and meta_file.is_file():
+        meta = json.loads(meta_file.read_text())
+        if rows_file.is_file():
+            for line in rows_file.read_text().splitlines():
+                row = json.loads(line)
+                if row["ok"]:
+                    kept[row["stage"]] = row
+        print(f"  resuming the workspace of commit {meta['commit']}: {len(kept)} stages kept", flush=True)
+    else:
+        t0 = time.perf_counter()
+        stats = generate(data, n_train=n, n_labels=n, n_test=max(1000, n // 10), seed=0)
+        meta = {"commit": code_version(), "dataset": stats, "generate_seconds": round(time.perf_counter() - t0, 1)}
+        make_workspace(repo, data, scale_params(epochs))
+        meta_file.write_text(json.dumps(meta, indent=2) + "\n")
+        rows_file.unlink(missing_ok=True)
     rows = []
     for stage in stage_order(repo, targets):
-        row = run_stage(repo, stage, stage_timeout)
+        if stage in kept:
+            row = kept[stage]
+            print(f"  n={n:>9,}  {stage:32s} {row['seconds']:9.1f} s  {row['peak_rss_mib']:8.0f} MiB (kept)", flush=True)
+            rows.append(row)
+            continue
+        row = run_stage(repo, stage, stage_timeout, force=resume)
         rows.append(row)
+        with rows_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
         print(f"  n={n:>9,}  {stage:32s} {row['seconds']:9.1f} s  {row['peak_rss_mib']:8.0f} MiB"
               f"{'' if row['ok'] else '  FAILED: ' + row.get('why', '')}", flush=True)
         if not row["ok"]:
@@ -247,8 +280,8 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         if f.is_file():
             d = json.loads(f.read_text())
             metrics[m] = {k: d.get(k) for k in ("P@1", "P@5", "R@100")}
-    return {"n": n, "n_labels": n, "commit": code_version(), "dataset": stats, "generate_seconds": round(gen_seconds, 1),
-            "stages": rows,
+    return {"n": n, "n_labels": n, "commit": meta["commit"], "dataset": meta["dataset"],
+            "generate_seconds": meta["generate_seconds"], "stages": rows,
             "completed": all(r["ok"] for r in rows), "total_seconds": round(sum(r["seconds"] for r in rows), 1),
             "peak_rss_mib": max((r["peak_rss_mib"] for r in rows), default=0.0), "metrics": metrics}
 
@@ -264,6 +297,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--stage-timeout", type=float, default=3 * 3600)
     ap.add_argument("--targets", default="report,package")
     ap.add_argument("--keep", action="store_true", help="keep the workspaces and data (default: delete each)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue the kept workspaces of an interrupted --keep run: stages it finished keep their "
+                         "rows (work/rows_<n>.jsonl), the rest run with the workspace's code (implies --keep)")
     ap.add_argument("--restage", default="",
                     help="comma-separated stages to rerun with the current code in the kept workspace of each size "
                          "(made with --keep), replacing their rows in --out")
@@ -288,11 +324,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot)
     for n in sizes:
         print(f"size {n:,}", flush=True)
-        run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","))
+        run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","), resume=a.resume)
         result["runs"].append(run)
-        if not a.keep:
+        if not (a.keep or a.resume):
             shutil.rmtree(work / f"repo_{n}", ignore_errors=True)
             shutil.rmtree(work / f"data_{n}", ignore_errors=True)
+            _rows_file(work, n).unlink(missing_ok=True)
+            _meta_file(work, n).unlink(missing_ok=True)
         if not run["completed"]:
             print(f"stopping: size {n:,} did not complete", flush=True)
             break

@@ -43,3 +43,20 @@ def test_growth_table_uses_completed_runs_only():
 
     table = scale.growth_table([run(10_000, 1.0), run(100_000, 10.0), run(1_000_000, 5000.0, ok=False)])
     assert table["tfidf"]["seconds"]["exponent"] == 1.0 and table["tfidf"]["peak_rss"]["exponent"] == 0.0
+
+
+def test_an_interrupted_run_resumes_from_its_recorded_rows(tmp_path):
+    work = tmp_path / "work"
+    args = ["--sizes", "300", "--work", str(work), "--targets", "tfidf", "--stage-timeout", "300", "--plot", ""]
+    first = scale.main([*args, "--out", str(tmp_path / "a.json"), "--keep"])["runs"][0]
+    assert first["completed"] and [s["stage"] for s in first["stages"]][-1] == "tfidf"
+    rows_file = work / "rows_300.jsonl"
+    rows = [json.loads(line) for line in rows_file.read_text().splitlines()]
+    assert [r["stage"] for r in rows] == [s["stage"] for s in first["stages"]]
+    # the run "died" during its last stage: its row was never written
+    rows_file.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))
+    again = scale.main([*args, "--out", str(tmp_path / "b.json"), "--resume"])["runs"][0]
+    assert again["completed"] and again["commit"] == first["commit"] and again["dataset"] == first["dataset"]
+    assert again["stages"][:-1] == rows[:-1]                       # kept, not rerun
+    assert again["stages"][-1]["stage"] == "tfidf" and again["stages"][-1] != rows[-1]   # forced again
+    assert len(rows_file.read_text().splitlines()) == len(rows)
