@@ -234,17 +234,20 @@ def _meta_file(work: Path, n: int) -> Path:
 
 
 def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str],
-             resume: bool = False) -> dict[str, Any]:
+             resume: bool = False, collect: bool = False) -> dict[str, Any]:
     """Generate size ``n``, make its workspace and run the stages. Each finished stage's row is appended to
     ``work/rows_<n>.jsonl`` as it ends, so an interrupted run keeps what it measured; ``resume`` continues a kept
     workspace (made with ``--keep``) with the code it was made with: stages with a successful row are not run again,
-    the others are forced (a half-run stage may have left outputs that DVC would take as done)."""
+    the others are forced (a half-run stage may have left outputs that DVC would take as done). ``collect``: run
+    nothing, report the recorded rows of a kept workspace (a run still going or interrupted is not ``completed``)."""
     from bench.synthetic_xmc import generate
 
     data, repo = work / f"data_{n}", work / f"repo_{n}"
     rows_file, meta_file = _rows_file(work, n), _meta_file(work, n)
     kept: dict[str, dict[str, Any]] = {}
-    if resume and repo.is_dir() and meta_file.is_file():
+    if collect and not (repo.is_dir() and meta_file.is_file()):
+        raise SystemExit(f"{repo}: no kept workspace with recorded rows to collect")
+    if (resume or collect) and repo.is_dir() and meta_file.is_file():
         meta = json.loads(meta_file.read_text())
         if rows_file.is_file():
             for line in rows_file.read_text().splitlines():
@@ -261,6 +264,10 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         rows_file.unlink(missing_ok=True)
     rows = []
     for stage in stage_order(repo, targets):
+        if collect and stage not in kept:
+            print(f"  n={n:>9,}  {stage:32s} not run", flush=True)
+            rows.append({"stage": stage, "seconds": 0.0, "ok": False, "why": "not run", "peak_rss_mib": 0.0})
+            continue
         if stage in kept:
             row = kept[stage]
             print(f"  n={n:>9,}  {stage:32s} {row['seconds']:9.1f} s  {row['peak_rss_mib']:8.0f} MiB (kept)", flush=True)
@@ -303,6 +310,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--restage", default="",
                     help="comma-separated stages to rerun with the current code in the kept workspace of each size "
                          "(made with --keep), replacing their rows in --out")
+    ap.add_argument("--collect", action="store_true",
+                    help="run nothing: write --out from the rows recorded in the kept workspaces (work/rows_<n>.jsonl)")
     ap.add_argument("--merge", action="store_true",
                     help="add these sizes' runs to --out (replacing runs of the same size) and recompute the growth")
     ap.add_argument("--table", action="store_true", help="print --out as a Markdown table (stage x size) and stop")
@@ -324,9 +333,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot)
     for n in sizes:
         print(f"size {n:,}", flush=True)
-        run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","), resume=a.resume)
+        run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","), resume=a.resume,
+                       collect=a.collect)
         result["runs"].append(run)
-        if not (a.keep or a.resume):
+        if not (a.keep or a.resume or a.collect):
             shutil.rmtree(work / f"repo_{n}", ignore_errors=True)
             shutil.rmtree(work / f"data_{n}", ignore_errors=True)
             _rows_file(work, n).unlink(missing_ok=True)
@@ -341,7 +351,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     Path(a.out).write_text(json.dumps(result, indent=2) + "\n")
     if a.plot and result["runs"]:
         plot(result, Path(a.plot))
-    print("growth exponents (seconds, peak RSS) over the sizes that completed:")
+    print("growth exponents (seconds, peak RSS) over the sizes where each stage finished:")
     for stage, g in result["growth"].items():
         print(f"  {stage:32s} {g['seconds']['exponent']!s:>6} {g['peak_rss']['exponent']!s:>6}")
     return result
@@ -390,8 +400,11 @@ def markdown_table(result: dict[str, Any]) -> str:
         cells = []
         for r in runs:
             row = next((s for s in r["stages"] if s["stage"] == stage), None)
-            cells.append("–" if row is None else
-                         f"{row['seconds']:,.1f} / {row['peak_rss_mib']:,.0f}" + ("" if row["ok"] else " (failed)"))
+            if row is None or row.get("why") == "not run":
+                cells.append("not run" if row else "–")
+            else:
+                cells.append(f"{row['seconds']:,.1f} / {row['peak_rss_mib']:,.0f}"
+                             + ("" if row["ok"] else f" ({row.get('why', 'failed')})"))
         g = result.get("growth", {}).get(stage, {}).get("seconds", {}).get("exponent")
         lines.append(f"| {stage} | " + " | ".join(cells) + f" | {'–' if g is None else g} |")
     lines.append("| **whole path** | " + " | ".join(f"**{r['total_seconds']:,.0f} s / {r['peak_rss_mib']:,.0f}**"
@@ -400,12 +413,13 @@ def markdown_table(result: dict[str, Any]) -> str:
 
 
 def growth_table(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per stage: the growth exponents of seconds and peak RSS over the runs that completed."""
-    done = [r for r in runs if r["completed"]]
-    stages = sorted({s["stage"] for r in done for s in r["stages"]})
+    """Per stage: the growth exponents of seconds and peak RSS over the sizes where that stage finished (a size
+    that stopped later still measured the stages before; a stage that failed, timed out or was not run is left
+    out)."""
+    stages = list(dict.fromkeys(s["stage"] for r in runs for s in r["stages"]))
     table = {}
     for stage in stages:
-        pts = [(r["n"], s) for r in done for s in r["stages"] if s["stage"] == stage]
+        pts = [(r["n"], s) for r in runs for s in r["stages"] if s["stage"] == stage and s.get("ok", True)]
         table[stage] = {"seconds": growth([n for n, _ in pts], [s["seconds"] for _, s in pts]),
                         "peak_rss": growth([n for n, _ in pts], [s["peak_rss_mib"] for _, s in pts])}
     return table

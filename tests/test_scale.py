@@ -37,12 +37,17 @@ def test_growth_exponent_is_the_log_log_slope():
     assert g["exponent"] == 2.0
 
 
-def test_growth_table_uses_completed_runs_only():
+def test_growth_table_uses_the_sizes_where_each_stage_finished():
     def run(n, secs, ok=True):
-        return {"n": n, "completed": ok, "stages": [{"stage": "tfidf", "seconds": secs, "peak_rss_mib": 100.0}]}
+        return {"n": n, "completed": ok,
+                "stages": [{"stage": "tfidf", "seconds": secs, "ok": True, "peak_rss_mib": 100.0},
+                           {"stage": "train", "seconds": secs, "ok": ok, "peak_rss_mib": 100.0}]}
 
-    table = scale.growth_table([run(10_000, 1.0), run(100_000, 10.0), run(1_000_000, 5000.0, ok=False)])
-    assert table["tfidf"]["seconds"]["exponent"] == 1.0 and table["tfidf"]["peak_rss"]["exponent"] == 0.0
+    # the largest size stopped at "train": its tfidf row counts, its train row (a timeout) does not
+    table = scale.growth_table([run(10_000, 1.0), run(100_000, 10.0), run(1_000_000, 100.0, ok=False)])
+    assert table["tfidf"]["seconds"]["exponent"] == 1.0 and table["tfidf"]["seconds"]["pairwise"] == [1.0, 1.0]
+    assert table["tfidf"]["peak_rss"]["exponent"] == 0.0
+    assert table["train"]["seconds"]["pairwise"] == [1.0]
 
 
 def test_an_interrupted_run_resumes_from_its_recorded_rows(tmp_path):
@@ -60,3 +65,5 @@ def test_an_interrupted_run_resumes_from_its_recorded_rows(tmp_path):
     assert again["stages"][:-1] == rows[:-1]                       # kept, not rerun
     assert again["stages"][-1]["stage"] == "tfidf" and again["stages"][-1] != rows[-1]   # forced again
     assert len(rows_file.read_text().splitlines()) == len(rows)
+    collected = scale.main([*args, "--out", str(tmp_path / "c.json"), "--collect"])["runs"][0]
+    assert collected["stages"] == again["stages"]                  # nothing run: the recorded rows
