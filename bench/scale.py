@@ -38,8 +38,9 @@ BOW = {"kind": "bow", "dim": 256, "n_buckets": 262144, "ngram_max": 2, "tied": T
 METHODS = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "dexml_bow", "ramen", "unidec", "astra"]
 
 
-def scale_params(epochs: int) -> dict[str, Any]:
-    """The scale profile: the default path's methods on their bag-of-words profile, ``epochs`` epochs each."""
+def scale_params(epochs: int, auto_exact_max: int | None = None) -> dict[str, Any]:
+    """The scale profile: the default path's methods on their bag-of-words profile, ``epochs`` epochs each;
+    ``auto_exact_max``: where the prediction indexes switch from exact to IVF (default: params')."""
     train = {"epochs": epochs, "eval_every_epochs": 0, "max_steps_per_epoch": 0, "checkpoint_every_steps": 0}
     return {
         "methods": METHODS, "reported": METHODS, "validated": METHODS,
@@ -68,6 +69,7 @@ def scale_params(epochs: int) -> dict[str, Any]:
         "maclr.runs": {}, "maclr.fewshot.runs": {}, "packages": ["astra"], "registry.promote": [],
         "report.paired": [], "report.paired_ablations": [], "report.seeds": {}, "seed_runs": [], "ablations": [],
         "selection.choices": {},
+        **({"index.auto_exact_max": auto_exact_max} if auto_exact_max is not None else {}),
     }
 
 
@@ -234,7 +236,7 @@ def _meta_file(work: Path, n: int) -> Path:
 
 
 def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str],
-             resume: bool = False, collect: bool = False) -> dict[str, Any]:
+             resume: bool = False, collect: bool = False, auto_exact_max: int | None = None) -> dict[str, Any]:
     """Generate size ``n``, make its workspace and run the stages. Each finished stage's row is appended to
     ``work/rows_<n>.jsonl`` as it ends, so an interrupted run keeps what it measured; ``resume`` continues a kept
     workspace (made with ``--keep``) with the code it was made with: stages with a successful row are not run again,
@@ -259,7 +261,7 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         t0 = time.perf_counter()
         stats = generate(data, n_train=n, n_labels=n, n_test=max(1000, n // 10), seed=0)
         meta = {"commit": code_version(), "dataset": stats, "generate_seconds": round(time.perf_counter() - t0, 1)}
-        make_workspace(repo, data, scale_params(epochs))
+        make_workspace(repo, data, scale_params(epochs, auto_exact_max))
         meta_file.write_text(json.dumps(meta, indent=2) + "\n")
         rows_file.unlink(missing_ok=True)
     rows = []
@@ -281,16 +283,33 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
               f"{'' if row['ok'] else '  FAILED: ' + row.get('why', '')}", flush=True)
         if not row["ok"]:
             break
-    metrics = {}
+    return {"n": n, "n_labels": n, "commit": meta["commit"], "dataset": meta["dataset"],
+            "generate_seconds": meta["generate_seconds"], "stages": rows,
+            "completed": all(r["ok"] for r in rows), "total_seconds": round(sum(r["seconds"] for r in rows), 1),
+            "peak_rss_mib": max((r["peak_rss_mib"] for r in rows), default=0.0), **outcomes(repo)}
+
+
+def outcomes(repo: Path) -> dict[str, Any]:
+    """Test P@1/P@5/R@100 per method, and per approximate prediction index its kind, the search width its
+    calibration chose and the recall@100 against exact search (``predictions/<run>/timing.json``)."""
+    metrics, indexes = {}, {}
     for m in METHODS:
         f = repo / "metrics" / f"{m}.json"
         if f.is_file():
             d = json.loads(f.read_text())
             metrics[m] = {k: d.get(k) for k in ("P@1", "P@5", "R@100")}
-    return {"n": n, "n_labels": n, "commit": meta["commit"], "dataset": meta["dataset"],
-            "generate_seconds": meta["generate_seconds"], "stages": rows,
-            "completed": all(r["ok"] for r in rows), "total_seconds": round(sum(r["seconds"] for r in rows), 1),
-            "peak_rss_mib": max((r["peak_rss_mib"] for r in rows), default=0.0), "metrics": metrics}
+        t = repo / "predictions" / m / "timing.json"
+        if t.is_file():
+            d = json.loads(t.read_text())
+            cal = d.get("index_calibration") or {}
+            if d.get("index_kind", "exact") != "exact" or cal:   # approximate, or calibrated and fell back to exact
+                indexes[m] = {"kind": d["index_kind"], "index_seconds": d.get("index_seconds"),
+                              "predict_seconds": d.get("predict_seconds"), "recall_at_100": d.get("index_recall"),
+                              **({"calibrated": {k: cal.get(k) for k in ("knob", "value", "recall", "recall_target",
+                                                                          "fallback", "search_seconds_per_1000",
+                                                                          "exact_seconds_per_1000")}}
+                                 if cal else {})}
+    return {"metrics": metrics, "indexes": indexes}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -303,6 +322,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--plot", default=str(ROOT / "bench" / "scale.png"))
     ap.add_argument("--stage-timeout", type=float, default=3 * 3600)
     ap.add_argument("--targets", default="report,package")
+    ap.add_argument("--auto-exact-max", type=int, default=None,
+                    help="labels above which the prediction indexes are IVF (default: params' index.auto_exact_max)")
     ap.add_argument("--keep", action="store_true", help="keep the workspaces and data (default: delete each)")
     ap.add_argument("--resume", action="store_true",
                     help="continue the kept workspaces of an interrupted --keep run: stages it finished keep their "
@@ -330,11 +351,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
                               "profile": {"methods": METHODS, "epochs": a.epochs, "encoder": BOW}, "runs": []}
     if a.restage:
-        return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot)
+        return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot,
+                       a.auto_exact_max)
     for n in sizes:
         print(f"size {n:,}", flush=True)
         run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","), resume=a.resume,
-                       collect=a.collect)
+                       collect=a.collect, auto_exact_max=a.auto_exact_max)
         result["runs"].append(run)
         if not (a.keep or a.resume or a.collect):
             shutil.rmtree(work / f"repo_{n}", ignore_errors=True)
@@ -358,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_timeout: float, out: Path,
-            plot_path: str | None) -> dict[str, Any]:
+            plot_path: str | None, auto_exact_max: int | None = None) -> dict[str, Any]:
     """Rerun ``stages`` with the current code in each size's kept workspace; their rows in ``out`` are replaced
     (marked with the commit that ran them) and the growth recomputed."""
     result = json.loads(out.read_text())
@@ -366,7 +388,7 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
         repo, data = work / f"repo_{n}", work / f"data_{n}"
         if not repo.is_dir():
             raise SystemExit(f"{repo}: no kept workspace (run this size with --keep first)")
-        make_workspace(repo, data, scale_params(epochs), refresh=True)
+        make_workspace(repo, data, scale_params(epochs, auto_exact_max), refresh=True)
         run = next(r for r in result["runs"] if r["n"] == n)
         for stage in stages:
             row = run_stage(repo, stage, stage_timeout, force=True)
@@ -378,11 +400,9 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
         run["completed"] = all(r["ok"] for r in run["stages"])
         run["total_seconds"] = round(sum(r["seconds"] for r in run["stages"]), 1)
         run["peak_rss_mib"] = max(r["peak_rss_mib"] for r in run["stages"])
-        for m in METHODS:
-            f = repo / "metrics" / f"{m}.json"
-            if f.is_file():
-                d = json.loads(f.read_text())
-                run.setdefault("metrics", {})[m] = {k: d.get(k) for k in ("P@1", "P@5", "R@100")}
+        found = outcomes(repo)
+        run.setdefault("metrics", {}).update(found["metrics"])
+        run.setdefault("indexes", {}).update(found["indexes"])
     result["growth"] = growth_table(result["runs"])
     out.write_text(json.dumps(result, indent=2) + "\n")
     if plot_path:

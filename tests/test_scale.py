@@ -13,7 +13,7 @@ from bench import scale
 def test_scale_benchmark_path_runs_at_a_small_size(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
     result = scale.main(["--sizes", "1200", "--epochs", "1", "--work", str(tmp_path / "work"), "--out", str(out),
-                         "--plot", str(png), "--stage-timeout", "600"])
+                         "--plot", str(png), "--stage-timeout", "600", "--auto-exact-max", "600"])
     run = result["runs"][0]
     assert run["completed"], [s for s in run["stages"] if not s["ok"]]
     ran = {s["stage"] for s in run["stages"]}
@@ -25,6 +25,18 @@ def test_scale_benchmark_path_runs_at_a_small_size(tmp_path):
     assert peaks["ingest"] < 300 < peaks["train_astra@astra"], peaks
     # learnable synthetic data: the trained bag-of-words models and TF-IDF rank true labels far above chance
     assert run["metrics"]["tfidf_zeroshot"]["P@1"] > 5 and run["metrics"]["astra"]["P@1"] > 5, run["metrics"]
+    # above auto_exact_max the prediction indexes are IVF with the search width calibrated on training queries to
+    # the recall target (the validation queries' recall comes near it), or exact where that width searched no
+    # faster than brute force (likely at this size)
+    assert set(run["indexes"]) >= {"dexml_bow", "ramen", "unidec", "astra"}, run["indexes"]
+    for m, ix in run["indexes"].items():
+        cal = ix["calibrated"]
+        assert cal["knob"] == "nprobe" and cal["value"] >= 1, (m, ix)
+        if cal["fallback"] == "exact":
+            assert ix["kind"] == "exact" and cal["search_seconds_per_1000"] >= cal["exact_seconds_per_1000"], (m, ix)
+        else:
+            assert ix["kind"] == "ivf" and (cal["recall"] >= cal["recall_target"] or cal["value"] >= 138), (m, ix)
+            assert ix["recall_at_100"] > cal["recall_target"] - 0.15, (m, ix)
     assert json.loads(out.read_text())["runs"][0]["n"] == 1200 and png.stat().st_size > 10_000
     assert result["growth"]["ingest"]["seconds"]["exponent"] is None   # one size: no slope yet
     assert not (tmp_path / "work" / "repo_1200").exists()   # workspaces are removed unless --keep

@@ -506,3 +506,76 @@ def test_auto_index_is_exact_up_to_its_size_then_ivf_and_reports_recall_against_
     assert abs(r - float(np.mean(truth))) < 1e-9 and 0.3 < r < 1.0
     big.save(tmp_path / "idx")   # the resolved kind is what a package loads
     assert ANNIndex.load(tmp_path / "idx", use_gpu=False).kind == "ivf"
+
+
+def test_exact_top_ids_by_blocks_equals_a_flat_index_on_float16_vectors():
+    import faiss
+
+    from xmc.ann.index import exact_top_ids
+
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((5000, 16)).astype(np.float16)
+    q = rng.standard_normal((40, 16)).astype(np.float32)
+    flat = faiss.IndexFlatIP(16)
+    flat.add(x.astype(np.float32))
+    _, want = flat.search(q, 30)
+    got = exact_top_ids(q, x, 30, block=777)   # blocks that do not divide n, each smaller than k... and larger
+    assert (got == want).all()
+    assert (exact_top_ids(q, x[:10], 30)[:, 10:] == -1).all()
+
+
+def test_an_ivf_index_calibrates_nprobe_to_the_fewest_lists_that_reach_the_recall_target(tmp_path):
+    from xmc.ann.index import exact_top_ids, recall_of
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4000, 24)).astype(np.float32)   # unclustered: nprobe 1 has a low recall
+    train_q = rng.standard_normal((300, 24)).astype(np.float32)
+    test_q = rng.standard_normal((200, 24)).astype(np.float32)
+    idx = ANNIndex(kind="ivf", use_gpu=False, nprobe=1, recall_target=0.9, calibration_sample=300,
+                   exact_fallback=False).build(x, train_q, recall_k=50)   # at this size brute force is faster
+    cal = idx.calibration
+    nprobe = idx.index.nprobe
+    assert cal["knob"] == "nprobe" and cal["value"] == nprobe and cal["reached"] and cal["recall"] >= 0.9
+    assert 1 < nprobe < idx._nlist   # the fixed nprobe 1 is raised, not to every list
+    tried = {int(w): r for w, r in cal["tried"].items()}
+    assert all(r < 0.9 for w, r in tried.items() if w < nprobe)   # the smallest rung tried that reaches it
+    assert tried.get(nprobe // 2, 0) < 0.9 or nprobe // 2 not in tried
+    # on other queries from the same distribution the recall is near the target (the calibration generalises)
+    truth = exact_top_ids(test_q, x, 50)
+    assert recall_of(idx.search(test_q, 50)[1], truth) > 0.85
+    idx.save(tmp_path / "idx")   # the chosen width travels with the package
+    back = ANNIndex.load(tmp_path / "idx", use_gpu=False)
+    assert back.index.nprobe == nprobe and back.calibration["value"] == nprobe
+    # without queries, or with no target, the fixed nprobe stays
+    assert ANNIndex(kind="ivf", use_gpu=False, nprobe=2).build(x).index.nprobe == 2
+    assert ANNIndex(kind="ivf", use_gpu=False, nprobe=2, recall_target=0.9).build(x).calibration is None
+
+
+def test_a_target_no_width_reaches_ends_at_every_list_and_says_so():
+    rng = np.random.default_rng(4)
+    # differences below float16's resolution: the stored vectors lose the exact order, so no width reaches 1.0
+    x = (1 + 1e-4 * rng.standard_normal((2000, 8))).astype(np.float32)
+    idx = ANNIndex(kind="ivf", use_gpu=False, nprobe=1, recall_target=1.0, storage="float16",
+                   exact_fallback=False).build(x, rng.standard_normal((100, 8)).astype(np.float32), recall_k=20)
+    assert idx.calibration["value"] == idx._nlist == idx.index.nprobe   # exhaustive
+    assert not idx.calibration["reached"] and idx.calibration["recall"] < 1.0
+
+
+def test_where_the_target_needs_a_search_slower_than_brute_force_the_index_becomes_exact(tmp_path):
+    from xmc.ann.index import exact_top_ids
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20000, 32)).astype(np.float32)   # no clusters: 0.99 needs nearly every list
+    q = rng.standard_normal((300, 32)).astype(np.float32)
+    idx = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300).build(x, q)
+    cal = idx.calibration
+    if cal.get("fallback") == "exact":
+        assert idx.kind == "exact" and idx.storage == "float32" and cal["built_as"] == "ivf"
+        assert cal["search_seconds_per_1000"] >= cal["exact_seconds_per_1000"]
+        assert (idx.search(q[:20], 10)[1] == exact_top_ids(q[:20], x, 10)).all()
+        idx.save(tmp_path / "i")
+        back = ANNIndex.load(tmp_path / "i", use_gpu=False)
+        assert back.kind == "exact" and back.calibration["fallback"] == "exact"
+    else:   # the IVF search at the chosen width was measured faster than brute force
+        assert idx.kind == "ivf" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]
+        assert cal["value"] >= 64

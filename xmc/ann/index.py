@@ -8,11 +8,18 @@ GPU faiss is used for exact and IVF when it is installed and a GPU is present.
 effect on recall@100 is measured by ``bench/index_storage.py``), or ``auto`` (float16 for the approximate
 index that ``auto`` chooses above ``auto_exact_max`` labels, float32 otherwise). Vectors are added in blocks
 converted to float32 one at a time, so a float16 or memory-mapped array is never copied whole.
+
+``recall_target``: an approximate index built with a sample of the queries it will serve (``build(vectors,
+queries)``) picks its search width (IVF ``nprobe``, HNSW ``efSearch``) as the smallest on a doubling ladder whose
+recall@k against exact search on that sample reaches the target, instead of a fixed width whose recall depends on
+how the vectors happen to cluster (at 10^6 one-epoch synthetic label vectors nprobe 32 gave 0.08-0.50). What it
+chose and measured is kept in ``calibration`` and saved with the index.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +27,39 @@ import numpy as np
 
 from xmc.errors import ConfigError
 from xmc.io import atomic_dir
+
+log = logging.getLogger(__name__)
+
+
+def exact_top_ids(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
+    """Exact top-k ids by inner product (m x k, best first, -1 pads), reading ``vectors`` ``block`` rows at a time
+    (float16 or memory-mapped arrays are converted a block at a time, never copied whole): faiss' brute-force
+    search per block, the blocks' top-k merged."""
+    import faiss
+
+    q = np.ascontiguousarray(queries, dtype=np.float32)
+    m = len(q)
+    best_s = np.full((m, 0), -np.inf, np.float32)
+    best_i = np.full((m, 0), -1, np.int64)
+    for s in range(0, len(vectors), block):
+        xb = np.ascontiguousarray(vectors[s : s + block], dtype=np.float32)
+        D, ids = faiss.knn(q, xb, min(k, len(xb)), metric=faiss.METRIC_INNER_PRODUCT)
+        cand_s, cand_i = np.concatenate([best_s, D], 1), np.concatenate([best_i, np.where(ids >= 0, ids + s, -1)], 1)
+        if cand_s.shape[1] > k:
+            keep = np.argpartition(-cand_s, k - 1, axis=1)[:, :k]
+            cand_s, cand_i = np.take_along_axis(cand_s, keep, 1), np.take_along_axis(cand_i, keep, 1)
+        best_s, best_i = cand_s, cand_i
+    order = np.argsort(-best_s, axis=1, kind="stable")
+    out = np.take_along_axis(best_i, order, 1)
+    return np.pad(out, ((0, 0), (0, k - out.shape[1])), constant_values=-1) if out.shape[1] < k else out
+
+
+def recall_of(ids: np.ndarray, truth: np.ndarray) -> float:
+    """Mean over queries of |ids ∩ truth| / |truth| (-1 entries ignored): recall@k against exact search."""
+    k = truth.shape[1]
+    hits = [len(set(a[:k][a[:k] >= 0].tolist()) & set(t[t >= 0].tolist())) / max(1, int((t >= 0).sum()))
+            for a, t in zip(ids, truth)]
+    return float(np.mean(hits)) if hits else 1.0
 
 
 def gpu_available() -> bool:
@@ -31,7 +71,9 @@ def gpu_available() -> bool:
 class ANNIndex:
     def __init__(self, kind: str = "exact", hnsw_m: int = 32, ef_construction: int = 200, ef_search: int = 128,
                  nlist: int | None = None, nprobe: int = 32, use_gpu: str | bool = "auto", threads: int | None = None,
-                 auto_exact_max: int = 200_000, storage: str = "float32") -> None:
+                 auto_exact_max: int = 200_000, storage: str = "float32", recall_target: float | None = None,
+                 calibration_sample: int = 1000, calibration: dict[str, Any] | None = None,
+                 exact_fallback: bool = True) -> None:
         if kind not in ("exact", "hnsw", "ivf", "auto"):
             raise ConfigError(f"unknown index kind {kind!r} (expected exact, hnsw, ivf or auto)")
         if storage not in ("float32", "float16", "auto"):
@@ -44,6 +86,12 @@ class ANNIndex:
         self.kind, self.hnsw_m, self.ef_construction, self.ef_search = kind, hnsw_m, ef_construction, ef_search
         self.auto_exact_max = int(auto_exact_max)
         self.nlist, self.nprobe, self.use_gpu, self.threads = nlist, nprobe, use_gpu, threads
+        if recall_target is not None and not 0 < recall_target <= 1:
+            raise ConfigError(f"index recall_target must be in (0, 1] (got {recall_target})")
+        self.recall_target, self.calibration_sample = recall_target, int(calibration_sample)
+        self.calibration = calibration
+        # a calibrated width that searches no faster than brute force gives way to an exact index
+        self.exact_fallback = exact_fallback
         self.index: Any = None
         self.on_gpu = False
 
@@ -55,15 +103,21 @@ class ANNIndex:
 
         icfg = filled(IndexConfig, icfg, "index")
         return cls(kind=icfg["kind"], hnsw_m=icfg["hnsw_m"], ef_search=icfg["ef_search"], nprobe=icfg["nprobe"],
-                   auto_exact_max=icfg["auto_exact_max"], storage=icfg["storage"])
+                   auto_exact_max=icfg["auto_exact_max"], storage=icfg["storage"],
+                   recall_target=icfg["recall_target"], calibration_sample=icfg["calibration_sample"])
 
     def config(self) -> dict[str, Any]:
         return {"kind": self.kind, "hnsw_m": self.hnsw_m, "ef_construction": self.ef_construction,
                 "ef_search": self.ef_search, "nlist": self.nlist, "nprobe": self.nprobe,
-                "auto_exact_max": self.auto_exact_max, "storage": self.storage}
+                "auto_exact_max": self.auto_exact_max, "storage": self.storage, "recall_target": self.recall_target,
+                "calibration_sample": self.calibration_sample, "calibration": self.calibration,
+                "exact_fallback": self.exact_fallback}
 
-    def build(self, vectors: np.ndarray, block: int = 65536) -> ANNIndex:
-        """Index ``vectors`` (n x d, any float dtype, in memory or memory-mapped), added ``block`` rows at a time."""
+    def build(self, vectors: np.ndarray, queries: np.ndarray | None = None, recall_k: int = 100,
+              block: int = 65536) -> ANNIndex:
+        """Index ``vectors`` (n x d, any float dtype, in memory or memory-mapped), added ``block`` rows at a time.
+        With ``queries`` (a sample of what it will serve, e.g. training queries) and a ``recall_target``, an
+        approximate index then sets its search width by :meth:`calibrate` (recall@``recall_k``)."""
         import faiss
 
         if self.threads:
@@ -89,7 +143,7 @@ class ANNIndex:
                      else faiss.IndexHNSWFlat(d, self.hnsw_m, metric))
             index.hnsw.efConstruction = self.ef_construction
         else:
-            nlist = self.nlist or max(1, int(4 * np.sqrt(n)))
+            nlist = self._nlist = self.nlist or max(1, int(4 * np.sqrt(n)))
             self._quantizer = faiss.IndexFlatIP(d)   # kept alive: the IVF index refers to it
             index = (faiss.IndexIVFScalarQuantizer(self._quantizer, d, nlist, faiss.ScalarQuantizer.QT_fp16, metric)
                      if fp16 else faiss.IndexIVFFlat(self._quantizer, d, nlist, metric))
@@ -104,7 +158,83 @@ class ANNIndex:
             index.add(np.ascontiguousarray(vectors[s : s + block], dtype=np.float32))
         self.index = index
         self._apply_search_params()
+        if self.kind in ("ivf", "hnsw") and self.recall_target and queries is not None and len(queries) and n:
+            self.calibrate(queries, vectors, recall_k)
         return self
+
+    def calibrate(self, queries: np.ndarray, vectors: np.ndarray, k: int = 100) -> dict[str, Any]:
+        """The smallest search width (IVF ``nprobe`` / HNSW ``efSearch``) on a doubling ladder whose recall@k
+        against exact search, on up to ``calibration_sample`` of ``queries``, reaches ``recall_target``; the widest
+        rung (every IVF list: exhaustive) where none does. Recall grows with the width, so a binary search over
+        the ladder measures a few rungs. Sets the width and returns (and keeps) what was measured."""
+        if self.kind not in ("ivf", "hnsw"):
+            raise ValueError(f"calibrate: a {self.kind} index has no search width")
+        import time
+
+        m = min(self.calibration_sample, len(queries))
+        rows = np.sort(np.random.default_rng(0).choice(len(queries), m, replace=False))
+        q = np.ascontiguousarray(queries[rows], dtype=np.float32)
+        k = max(1, min(k, self.ntotal))
+        t0 = time.perf_counter()
+        truth = exact_top_ids(q, vectors, k)
+        exact_s = time.perf_counter() - t0
+        if self.kind == "ivf":
+            # every list (exhaustive) is the widest rung; faiss' GPU IVF searches at most 2048 lists
+            knob, top = "nprobe", min(self._nlist, 2048) if self.on_gpu else self._nlist
+            ladder = sorted({min(2 ** i, top) for i in range(int(np.ceil(np.log2(max(top, 1)))) + 1)} | {top})
+        else:
+            knob, top = "ef_search", max(16 * k, 2048)
+            ladder = sorted({min(k * 2 ** i, top) for i in range(int(np.ceil(np.log2(top / k))) + 1)})
+        tried: dict[int, tuple[float, float]] = {}
+
+        def measure(width: int) -> float:
+            setattr(self, knob, width)
+            self._apply_search_params()
+            t = time.perf_counter()
+            ids = self.search(q, k)[1]
+            tried[width] = (recall_of(ids, truth), time.perf_counter() - t)
+            return tried[width][0]
+
+        lo, hi = 0, len(ladder) - 1   # binary search for the first rung that reaches the target
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if measure(ladder[mid]) >= self.recall_target:
+                hi = mid
+            else:
+                lo = mid + 1
+        width = ladder[lo]
+        recall = tried[width][0] if width in tried else measure(width)
+        setattr(self, knob, width)
+        self._apply_search_params()
+        approx_s = tried[width][1]
+        self.calibration = {
+            "recall_target": self.recall_target, "at_k": k, "queries": m, "knob": knob, "value": width,
+            "recall": round(recall, 4), "reached": bool(recall >= self.recall_target),
+            "search_seconds_per_1000": round(1000 * approx_s / m, 3),
+            "exact_seconds_per_1000": round(1000 * exact_s / m, 3),
+            "tried": {str(w): round(r, 4) for w, (r, _) in sorted(tried.items())}}
+        log.info("%s index: %s %d gives recall@%d %.3f against exact on %d queries (target %.2f) in %.2f s per 1000 "
+                 "queries, exact search %.2f s%s", self.kind, knob, width, k, recall, m, self.recall_target,
+                 1000 * approx_s / m, 1000 * exact_s / m, "" if recall >= self.recall_target else
+                 ": not reached below the widest setting, the search is near exhaustive on these vectors")
+        if self.exact_fallback and approx_s >= exact_s:
+            # vectors that do not cluster (e.g. a barely trained encoder): the width the target needs searches
+            # more slowly than brute force, which has recall 1, so the index becomes exact
+            self.calibration["fallback"] = "exact"
+            log.info("%s index: no faster than exact search at that recall, building an exact index", self.kind)
+            self._rebuild_exact(vectors)
+        return self.calibration
+
+    def _rebuild_exact(self, vectors: np.ndarray, block: int = 65536) -> None:
+        """Replace the built index by an exact one over the same ``vectors`` (same storage and device)."""
+        kind, self.kind, self.index, self.on_gpu = self.kind, "exact", None, False
+        self.storage = "float32"   # brute force on float32 is a matrix product (what the timing compared with)
+        calibration, target = self.calibration, self.recall_target
+        self.recall_target = None
+        try:
+            self.build(vectors, block=block)
+        finally:
+            self.recall_target, self.calibration = target, {**calibration, "built_as": kind}
 
     def _apply_search_params(self) -> None:
         import faiss
@@ -128,10 +258,8 @@ class ANNIndex:
 
     def recall_against_exact(self, queries: np.ndarray, ids: np.ndarray, k: int) -> float:
         """Mean |approximate top-k ∩ exact top-k| / k for these queries (``ids``: this index's answers)."""
-        exact = ANNIndex(kind="exact", use_gpu=False).build(self.vectors())
-        _, truth = exact.search(queries, k)
-        hits = [len(set(a[:k][a[:k] >= 0]) & set(t[t >= 0])) / max(1, int((t >= 0).sum())) for a, t in zip(ids, truth)]
-        return float(np.mean(hits)) if hits else 1.0
+        truth = exact_top_ids(np.ascontiguousarray(queries, dtype=np.float32), self.vectors(), k)
+        return recall_of(ids, truth)
 
     @property
     def ntotal(self) -> int:
@@ -184,6 +312,8 @@ class ANNIndex:
         except RuntimeError as e:  # faiss reports a truncated or foreign file as a RuntimeError
             first = str(e).strip().splitlines()[-1][:160] if str(e).strip() else "unreadable"
             raise DataFormatError(path / "index.faiss", None, f"not a faiss index ({first}); rerun the index stage") from None
+        if obj.kind == "ivf":
+            obj._nlist = int(faiss.extract_index_ivf(index).nlist)
         if (use_gpu is True or (use_gpu == "auto" and gpu_available())) and obj.kind != "hnsw":
             obj._res = faiss.StandardGpuResources()
             index = faiss.index_cpu_to_gpu(obj._res, 0, index)

@@ -590,6 +590,11 @@ class IndexConfig(Section):
     # vectors held by the index: float16 halves its memory (recall: bench/index_storage.py); auto = float16 for
     # the approximate index chosen above auto_exact_max, float32 otherwise
     storage: Literal["float32", "float16", "auto"] = "auto"
+    # an approximate index sets its search width (nprobe / efSearch) to the smallest whose recall@100 against
+    # exact search on calibration_sample training queries reaches this (xmc.ann.index.ANNIndex.calibrate);
+    # null: the fixed nprobe / ef_search above
+    recall_target: Annotated[float, Field(gt=0, le=1)] | None = 0.9
+    calibration_sample: Annotated[int, Field(gt=0, le=100_000)] = 1000
     encode_batch_size: Annotated[int, Field(gt=0, le=65_536)] = 256
 
 

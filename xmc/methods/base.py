@@ -211,8 +211,16 @@ def predictor_options(params: dict[str, Any], ds: Any, variant: dict[str, Any]) 
     """Everything a predictor may need when it is built; each kind reads its own keys."""
     import scipy.sparse as sp
 
+    import numpy as np
+
+    from xmc.config.schema import IndexConfig, filled
+
+    # training queries (never validation or test) on which an approximate index calibrates its search width
+    texts = ds.trn.texts
+    m = min(filled(IndexConfig, params.get("index"), "index")["calibration_sample"], len(texts))
+    sample = [texts[i] for i in np.sort(np.random.default_rng(0).choice(len(texts), m, replace=False))] if m else []
     return {"index": params["index"], "tfidf_knn": params["tfidf_knn"], "tfidf_zeroshot": params.get("tfidf_zeroshot"),
-            "train_labels": sp.csr_matrix(ds.trn.Y), **variant}
+            "train_labels": sp.csr_matrix(ds.trn.Y), "calibration_texts": sample, **variant}
 
 
 def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root: str | Path = ".",
@@ -264,7 +272,9 @@ def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root
                   "predict_seconds": by_split.get("tst", by_split.get("val")), "predict_seconds_by_split": by_split,
                   "predictor": section["kind"], **{k_: v for k_, v in options.items()},
                   **({"index_kind": predictor.index.kind, "on_gpu": predictor.index.on_gpu}
-                     if hasattr(predictor, "index") else {}), **index_recall}
+                     if hasattr(predictor, "index") else {}), **index_recall,
+                  **({"index_calibration": predictor.index.calibration}
+                     if getattr(getattr(predictor, "index", None), "calibration", None) else {})}
         write_json(root / "predictions" / variant / "timing.json", timing)
         timings[variant] = timing
         log.info("predicted %s on %s (%s)", variant, " ".join(splits), section["kind"])

@@ -100,7 +100,22 @@ def _index_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 def _index_options(options: dict[str, Any]) -> dict[str, Any]:
     icfg = _index_settings(options)
-    return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe", "auto_exact_max", "storage")}
+    return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe", "auto_exact_max", "storage",
+                                 "recall_target", "calibration_sample")}
+
+
+def _calibration_texts(options: dict[str, Any]) -> list[str] | None:
+    """The training queries an approximate index calibrates its search width on (``predictor_options``), or
+    None (a package built outside the pipeline keeps the fixed width)."""
+    texts = options.get("calibration_texts")
+    return list(texts) if texts else None
+
+
+def _approximate(options: dict[str, Any], n: int) -> bool:
+    """Whether the params' index over ``n`` labels is approximate (and so calibrates its search width)."""
+    icfg = _index_settings(options)
+    return bool(icfg["recall_target"]) and (icfg["kind"] in ("ivf", "hnsw")
+                                            or (icfg["kind"] == "auto" and n > icfg["auto_exact_max"]))
 
 
 def _label_vector_file(out: Path, n: int, dim: int, options: dict[str, Any]) -> np.ndarray | None:
@@ -133,6 +148,7 @@ class DensePredictor(Predictor):
 
             model = ASTRAModel.load(source, label_texts)
             vectors = model.all_label_vectors()
+            encoder = model.encoder
             _copy_tree(source / "encoder", out / "encoder")
             append: float | None = 1.0
         else:
@@ -141,7 +157,16 @@ class DensePredictor(Predictor):
             vectors = encoder.encode(label_texts, "label", bs, True, out=spill)
             _copy_tree(source, out / "encoder")
             append = None
-        index = ANNIndex(**_index_options(options)).build(vectors)
+        index = ANNIndex(**_index_options(options))
+        calib = _calibration_texts(options)
+        queries = None
+        if calib and _approximate(options, len(vectors)):
+            import torch
+
+            encoder.eval()
+            with torch.inference_mode():
+                queries = cls(encoder, index, append, bs).query_vectors(calib)
+        index.build(vectors, queries)
         index.save(out / "index")
         dim = int(vectors.shape[1])
         if isinstance(vectors, np.memmap):
@@ -199,7 +224,14 @@ class UniDECPredictor(Predictor):
         bs = _index_settings(options)["encode_batch_size"]
         model = UniDECModel.load(source, label_texts, space=space)
         vectors = model.label_space_vectors(space, bs, progress=True)
-        index = ANNIndex(**_index_options(options)).build(vectors)
+        calib = _calibration_texts(options)
+        queries = None
+        if calib and _approximate(options, len(vectors)):
+            import torch
+
+            with torch.inference_mode():
+                queries = model.query_space_vectors(calib, space, bs, progress=False)
+        index = ANNIndex(**_index_options(options)).build(vectors, queries)
         _copy_tree(source, out / "model")
         index.save(out / "index")
         return {"kind": cls.kind, "model": "model", "index": "index", "space": space, "dim": int(vectors.shape[1]),
@@ -218,12 +250,15 @@ class UniDECPredictor(Predictor):
                                   f"{len(label_texts)} labels")
         return cls(model, index, space, int(section.get("encode_batch_size", 256)))
 
-    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+    def query_vectors(self, texts: list[str]) -> np.ndarray:
         import torch
 
         with torch.inference_mode():
             q = self.model.query_space_vectors(texts, self.space, self.batch_size, progress=False)
-        return _search(self.index, np.ascontiguousarray(q, dtype=np.float32), k)
+        return np.ascontiguousarray(q, dtype=np.float32)
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        return _search(self.index, self.query_vectors(texts), k)
 
 
 # ------------------------------------------------------------------------------------------------

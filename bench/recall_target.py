@@ -1,0 +1,136 @@
+"""Which ``index.recall_target`` the approximate prediction index calibrates to, chosen on the validation split.
+
+Above ``index.auto_exact_max`` labels the prediction index is IVF and searches the fewest lists whose recall@100
+against exact search on training queries reaches ``recall_target`` (``xmc.ann.index.ANNIndex.calibrate``). A
+lower target searches faster and may lose precision. In a kept scale-benchmark workspace (``python -m bench.scale
+--keep``: trained one-epoch bag-of-words models on synthetic data), each run's predictor is rebuilt with an IVF
+index at every target and with an exact index, and the *validation* queries are searched: per target the chosen
+nprobe, the recall@100 against exact on the validation queries, P@1 / P@5 / R@100 and the index's build
+(with calibration) and search seconds for the validation query vectors (encoded once per run), with a
+paired bootstrap of P@5 and P@1 against exact search on the same queries. Any approximate search loses a little,
+and on 10^4 queries a loss of 0.1 point is already significant, so the rule is non-inferiority: the chosen target
+is the smallest at which, for every run, the lower end of the 95% interval of (approximate - exact) P@1 and P@5
+stays above -``--margin`` points (default 0.5).
+
+    python -m bench.recall_target [--workspace bench/.scale/repo_100000] [--targets 0.5,0.7,0.8,0.9,0.95,0.99]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def paired(a: np.ndarray, b: np.ndarray, n_resamples: int = 2000, seed: int = 0) -> dict[str, float]:
+    """Mean of a - b (per-instance values, same instances) in points, its 95% bootstrap interval and two-sided p."""
+    d = 100.0 * (a - b)
+    rng = np.random.default_rng(seed)
+    boots = np.array([d[rng.integers(0, len(d), len(d))].mean() for _ in range(n_resamples)])
+    p = 2 * min((boots <= 0).mean(), (boots >= 0).mean()) if d.any() else 1.0
+    return {"diff": round(float(d.mean()), 3), "low": round(float(np.percentile(boots, 2.5)), 3),
+            "high": round(float(np.percentile(boots, 97.5)), 3), "p": round(float(min(1.0, p)), 4)}
+
+
+def per_instance(ids: np.ndarray, Y: Any) -> dict[str, np.ndarray]:
+    from xmc.metrics import hit_matrix
+
+    hits = hit_matrix(ids, Y)
+    n_pos = np.diff(Y.tocsr().indptr)
+    return {"P@1": hits[:, :1].mean(1), "P@5": hits[:, :5].mean(1),
+            "R@100": np.where(n_pos > 0, hits[:, :100].sum(1) / np.maximum(n_pos, 1), np.nan)}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workspace", default=str(ROOT / "bench" / ".scale" / "repo_100000"))
+    ap.add_argument("--runs", default="dexml_bow,ramen,unidec,astra")
+    ap.add_argument("--targets", default="0.5,0.7,0.8,0.9,0.95,0.99")
+    ap.add_argument("--split", default="val")
+    ap.add_argument("--margin", type=float, default=0.5, help="points of P@1 / P@5 a target may lose (95%% bound)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "recall_target.json"))
+    a = ap.parse_args(argv)
+    ws = Path(a.workspace).resolve()
+    sys.path.insert(0, str(ROOT))   # this project's code, not the workspace's copy
+    os.chdir(ws)   # the workspace's relative paths (models/, data/)
+    from xmc.ann.index import ANNIndex, exact_top_ids, recall_of
+    from xmc.data import load_processed
+    from xmc.methods.base import load_method, predictor_options
+    from xmc.package.predictors import predictor_class
+
+    params = yaml.safe_load((ws / "params.yaml").read_text())
+    ds = load_processed(ws / params["data"]["processed_dir"], splits=("trn", a.split))
+    split = ds.split(a.split)
+    texts, Y = split.texts, split.Y
+    targets = [float(t) for t in a.targets.split(",")]
+    rows: list[dict[str, Any]] = []
+    for name in a.runs.split(","):
+        run, method = load_method(params, name)
+        source = Path(method.predictor_source(run, params))
+        cls = predictor_class(method.predictor_kind, source)
+        options = predictor_options({**params, "index": {**params["index"], "kind": "exact"}}, ds, {})
+        with tempfile.TemporaryDirectory(dir=ws) as tmp:   # encoders and label vectors once per run
+            section = cls.build(source, Path(tmp), ds.label_texts, options)
+            predictor = cls.load(Path(tmp), section, ds.label_texts)
+            vectors = predictor.index.vectors()
+            q_val = predictor.query_vectors(texts)
+            q_trn = predictor.query_vectors(options["calibration_texts"])
+        truth = exact_top_ids(q_val, vectors, 100)
+        results: dict[str, Any] = {}
+        for target in [None, *targets]:   # None: exact search, the reference
+            index = ANNIndex.from_params(params["index"])
+            index.use_gpu = False
+            index.kind, index.recall_target = ("exact" if target is None else "ivf"), target
+            t0 = time.perf_counter()
+            index.build(vectors, None if target is None else q_trn)
+            build_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _, ids = index.search(q_val, 100)
+            search_s = time.perf_counter() - t0
+            key = "exact" if target is None else str(target)
+            cal = index.calibration or {}
+            results[key] = {"ids": ids, "build_s": build_s, "search_s": search_s, "calibration": cal,
+                            "val_recall": recall_of(ids, truth)}
+            print(f"{name} {key}: nprobe {cal.get('value', '-')}, calibration recall {cal.get('recall', '-')}, "
+                  f"{a.split} recall {results[key]['val_recall']:.3f}, build {build_s:.1f} s, search "
+                  f"{search_s:.2f} s", flush=True)
+        ref = per_instance(results["exact"]["ids"], Y)
+        for key, r in results.items():
+            m = per_instance(r["ids"], Y)
+            row = {"run": name, "target": key, "nprobe": r["calibration"].get("value"),
+                   "fallback": r["calibration"].get("fallback"),
+                   "calibration_recall": r["calibration"].get("recall"),
+                   f"{a.split}_recall_at_100": round(r["val_recall"], 4), "build_seconds": round(r["build_s"], 1),
+                   "search_seconds": round(r["search_s"], 2),
+                   **{k: round(100 * float(np.nanmean(v)), 2) for k, v in m.items()}}
+            if key != "exact":
+                row["vs_exact"] = {k: paired(m[k], ref[k]) for k in ("P@1", "P@5")}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+    def holds(row: dict[str, Any]) -> bool:
+        return all(c["low"] > -a.margin for c in row["vs_exact"].values())
+
+    chosen = next((t for t in targets if all(holds(r) for r in rows if r["target"] == str(t))), None)
+    out = {"workspace": str(ws), "split": a.split, "queries": len(texts), "labels": len(ds.label_texts),
+           "cpus": os.cpu_count(), "python": sys.version.split()[0], "targets": targets, "rows": rows,
+           "rule": f"smallest target at which every run's 95% interval of P@1 and P@5 minus exact search stays "
+                   f"above -{a.margin} points", "margin": a.margin,
+           "chosen": chosen}
+    Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"chosen recall_target: {chosen}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
