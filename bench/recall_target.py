@@ -32,25 +32,6 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def paired(a: np.ndarray, b: np.ndarray, n_resamples: int = 2000, seed: int = 0) -> dict[str, float]:
-    """Mean of a - b (per-instance values, same instances) in points, its 95% bootstrap interval and two-sided p."""
-    d = 100.0 * (a - b)
-    rng = np.random.default_rng(seed)
-    boots = np.array([d[rng.integers(0, len(d), len(d))].mean() for _ in range(n_resamples)])
-    p = 2 * min((boots <= 0).mean(), (boots >= 0).mean()) if d.any() else 1.0
-    return {"diff": round(float(d.mean()), 3), "low": round(float(np.percentile(boots, 2.5)), 3),
-            "high": round(float(np.percentile(boots, 97.5)), 3), "p": round(float(min(1.0, p)), 4)}
-
-
-def per_instance(ids: np.ndarray, Y: Any) -> dict[str, np.ndarray]:
-    from xmc.metrics import hit_matrix
-
-    hits = hit_matrix(ids, Y)
-    n_pos = np.diff(Y.tocsr().indptr)
-    return {"P@1": hits[:, :1].mean(1), "P@5": hits[:, :5].mean(1),
-            "R@100": np.where(n_pos > 0, hits[:, :100].sum(1) / np.maximum(n_pos, 1), np.nan)}
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workspace", default=str(ROOT / "bench" / ".scale" / "repo_100000"))
@@ -66,13 +47,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from xmc.ann.index import ANNIndex, exact_top_ids, recall_of
     from xmc.data import load_processed
     from xmc.methods.base import load_method, predictor_options
+    from xmc.metrics.bootstrap import instance_contributions, paired_bootstrap
     from xmc.package.predictors import predictor_class
+    from xmc.predictions import TopK
 
     params = yaml.safe_load((ws / "params.yaml").read_text())
     ds = load_processed(ws / params["data"]["processed_dir"], splits=("trn", a.split))
     split = ds.split(a.split)
     texts, Y = split.texts, split.Y
     targets = [float(t) for t in a.targets.split(",")]
+    trn_freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+
+    def contributions(scores: np.ndarray, ids: np.ndarray) -> Any:   # the report's per-instance metric terms
+        return instance_contributions(TopK(ids.astype(np.int32), scores.astype(np.float32)), Y, trn_freq,
+                                      ds.trn.Y.shape[0])
+
     rows: list[dict[str, Any]] = []
     for name in a.runs.split(","):
         run, method = load_method(params, name)
@@ -95,31 +84,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             index.build(vectors, None if target is None else q_trn)
             build_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            _, ids = index.search(q_val, 100)
+            scores, ids = index.search(q_val, 100)
             search_s = time.perf_counter() - t0
             key = "exact" if target is None else str(target)
             cal = index.calibration or {}
-            results[key] = {"ids": ids, "build_s": build_s, "search_s": search_s, "calibration": cal,
+            results[key] = {"contrib": contributions(scores, ids), "build_s": build_s, "search_s": search_s, "calibration": cal,
                             "val_recall": recall_of(ids, truth)}
             print(f"{name} {key}: nprobe {cal.get('value', '-')}, calibration recall {cal.get('recall', '-')}, "
                   f"{a.split} recall {results[key]['val_recall']:.3f}, build {build_s:.1f} s, search "
                   f"{search_s:.2f} s", flush=True)
-        ref = per_instance(results["exact"]["ids"], Y)
+        ref = results["exact"]["contrib"]
         for key, r in results.items():
-            m = per_instance(r["ids"], Y)
+            m = r["contrib"].values()
             row = {"run": name, "target": key, "nprobe": r["calibration"].get("value"),
                    "fallback": r["calibration"].get("fallback"),
                    "calibration_recall": r["calibration"].get("recall"),
                    f"{a.split}_recall_at_100": round(r["val_recall"], 4), "build_seconds": round(r["build_s"], 1),
                    "search_seconds": round(r["search_s"], 2),
-                   **{k: round(100 * float(np.nanmean(v)), 2) for k, v in m.items()}}
+                   **{k: round(m[k], 2) for k in ("P@1", "P@5", "PSP@5", "R@100")}}
             if key != "exact":
-                row["vs_exact"] = {k: paired(m[k], ref[k]) for k in ("P@1", "P@5")}
+                row["vs_exact"] = {k: paired_bootstrap(r["contrib"], ref, k, n_resamples=2000) for k in ("P@1", "P@5")}
             rows.append(row)
             print(json.dumps(row), flush=True)
 
     def holds(row: dict[str, Any]) -> bool:
-        return all(c["low"] > -a.margin for c in row["vs_exact"].values())
+        return all(c["ci95"][0] > -a.margin for c in row["vs_exact"].values())
 
     chosen = next((t for t in targets if all(holds(r) for r in rows if r["target"] == str(t))), None)
     out = {"workspace": str(ws), "split": a.split, "queries": len(texts), "labels": len(ds.label_texts),

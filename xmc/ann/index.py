@@ -226,7 +226,7 @@ class ANNIndex:
         return self.calibration
 
     def _rebuild_exact(self, vectors: np.ndarray, block: int = 65536) -> None:
-        """Replace the built index by an exact one over the same ``vectors`` (same storage and device)."""
+        """Replace the built index by an exact float32 one over the same ``vectors`` (GPU where available)."""
         kind, self.kind, self.index, self.on_gpu = self.kind, "exact", None, False
         self.storage = "float32"   # brute force on float32 is a matrix product (what the timing compared with)
         calibration, target = self.calibration, self.recall_target

@@ -209,9 +209,8 @@ def train_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict
 
 def predictor_options(params: dict[str, Any], ds: Any, variant: dict[str, Any]) -> dict[str, Any]:
     """Everything a predictor may need when it is built; each kind reads its own keys."""
-    import scipy.sparse as sp
-
     import numpy as np
+    import scipy.sparse as sp
 
     from xmc.config.schema import IndexConfig, filled
 

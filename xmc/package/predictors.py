@@ -225,12 +225,8 @@ class UniDECPredictor(Predictor):
         model = UniDECModel.load(source, label_texts, space=space)
         vectors = model.label_space_vectors(space, bs, progress=True)
         calib = _calibration_texts(options)
-        queries = None
-        if calib and _approximate(options, len(vectors)):
-            import torch
-
-            with torch.inference_mode():
-                queries = model.query_space_vectors(calib, space, bs, progress=False)
+        queries = (cls(model, None, space, bs).query_vectors(calib)
+                   if calib and _approximate(options, len(vectors)) else None)
         index = ANNIndex(**_index_options(options)).build(vectors, queries)
         _copy_tree(source, out / "model")
         index.save(out / "index")
