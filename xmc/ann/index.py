@@ -113,6 +113,16 @@ class ANNIndex:
                 "calibration_sample": self.calibration_sample, "calibration": self.calibration,
                 "exact_fallback": self.exact_fallback}
 
+    def kind_for(self, n: int) -> str:
+        """The kind this index is built as over ``n`` vectors (``auto``: exact up to ``auto_exact_max``, IVF above)."""
+        if self.kind != "auto":
+            return self.kind
+        return "exact" if n <= self.auto_exact_max else "ivf"
+
+    def calibrates(self, n: int) -> bool:
+        """Whether a build over ``n`` vectors is approximate with a recall target, i.e. wants calibration queries."""
+        return bool(self.recall_target) and self.kind_for(n) in ("ivf", "hnsw")
+
     def build(self, vectors: np.ndarray, queries: np.ndarray | None = None, recall_k: int = 100,
               block: int = 65536) -> ANNIndex:
         """Index ``vectors`` (n x d, any float dtype, in memory or memory-mapped), added ``block`` rows at a time.
@@ -125,9 +135,7 @@ class ANNIndex:
         if vectors.ndim != 2:
             raise ValueError(f"expected an n x d array of vectors, got shape {vectors.shape}")
         n, d = vectors.shape
-        auto_kind = self.kind == "auto"
-        if auto_kind:
-            self.kind = "exact" if n <= self.auto_exact_max else "ivf"
+        self.kind = self.kind_for(n)
         if self.storage == "auto":
             self.storage = "float16" if self.kind != "exact" and n > self.auto_exact_max else "float32"
         want_gpu = self.use_gpu is True or (self.use_gpu == "auto" and gpu_available())

@@ -111,13 +111,6 @@ def _calibration_texts(options: dict[str, Any]) -> list[str] | None:
     return list(texts) if texts else None
 
 
-def _approximate(options: dict[str, Any], n: int) -> bool:
-    """Whether the params' index over ``n`` labels is approximate (and so calibrates its search width)."""
-    icfg = _index_settings(options)
-    return bool(icfg["recall_target"]) and (icfg["kind"] in ("ivf", "hnsw")
-                                            or (icfg["kind"] == "auto" and n > icfg["auto_exact_max"]))
-
-
 def _label_vector_file(out: Path, n: int, dim: int, options: dict[str, Any]) -> np.ndarray | None:
     """Where a float16 index is built over many labels, their vectors are encoded into a float16 memory-mapped
     file (deleted once indexed) instead of an n x d float32 array in memory."""
@@ -160,7 +153,7 @@ class DensePredictor(Predictor):
         index = ANNIndex(**_index_options(options))
         calib = _calibration_texts(options)
         queries = None
-        if calib and _approximate(options, len(vectors)):
+        if calib and index.calibrates(len(vectors)):
             import torch
 
             encoder.eval()
@@ -225,9 +218,9 @@ class UniDECPredictor(Predictor):
         model = UniDECModel.load(source, label_texts, space=space)
         vectors = model.label_space_vectors(space, bs, progress=True)
         calib = _calibration_texts(options)
-        queries = (cls(model, None, space, bs).query_vectors(calib)
-                   if calib and _approximate(options, len(vectors)) else None)
-        index = ANNIndex(**_index_options(options)).build(vectors, queries)
+        index = ANNIndex(**_index_options(options))
+        queries = cls(model, None, space, bs).query_vectors(calib) if calib and index.calibrates(len(vectors)) else None
+        index.build(vectors, queries)
         _copy_tree(source, out / "model")
         index.save(out / "index")
         return {"kind": cls.kind, "model": "model", "index": "index", "space": space, "dim": int(vectors.shape[1]),
