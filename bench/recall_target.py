@@ -13,6 +13,10 @@ is the smallest at which, for every run, the lower end of the 95% interval of (a
 stays above -``--margin`` points (default 0.5).
 
     python -m bench.recall_target [--workspace bench/.scale/repo_100000] [--targets 0.5,0.7,0.8,0.9,0.95,0.99]
+
+``--equalize-norms both`` builds every approximate index with and without ``index.equalize_norms`` (the extra
+coordinate that gives classifier rows one norm) and adds, per run and target, the paired comparison of the two
+on the same validation queries (``equalize_norms``: search seconds, recall, P@1 / P@5 of equalized minus plain).
 """
 
 from __future__ import annotations
@@ -39,12 +43,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--targets", default="0.5,0.7,0.8,0.9,0.95,0.99")
     ap.add_argument("--split", default="val")
     ap.add_argument("--margin", type=float, default=0.5, help="points of P@1 / P@5 a target may lose (95%% bound)")
+    ap.add_argument("--equalize-norms", choices=("params", "on", "off", "both"), default="params",
+                    help="approximate indexes with index.equalize_norms as in params, on, off, or both compared")
     ap.add_argument("--out", default=str(ROOT / "bench" / "recall_target.json"))
     a = ap.parse_args(argv)
     ws = Path(a.workspace).resolve()
+    out_path = Path(a.out).resolve()   # before the chdir below
     sys.path.insert(0, str(ROOT))   # this project's code, not the workspace's copy
     os.chdir(ws)   # the workspace's relative paths (models/, data/)
     from xmc.ann.index import ANNIndex, exact_top_ids, recall_of
+    from xmc.config.schema import IndexConfig, filled
     from xmc.data import load_processed
     from xmc.methods.base import load_method, predictor_options
     from xmc.metrics.bootstrap import instance_contributions, paired_bootstrap
@@ -57,12 +65,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     texts, Y = split.texts, split.Y
     targets = [float(t) for t in a.targets.split(",")]
     trn_freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+    default_eq = bool(filled(IndexConfig, params["index"], "index")["equalize_norms"])
+    equalize = {"params": [default_eq], "on": [True], "off": [False], "both": [True, False]}[a.equalize_norms]
 
     def contributions(scores: np.ndarray, ids: np.ndarray) -> Any:   # the report's per-instance metric terms
         return instance_contributions(TopK(ids.astype(np.int32), scores.astype(np.float32)), Y, trn_freq,
                                       ds.trn.Y.shape[0])
 
     rows: list[dict[str, Any]] = []
+    comparisons: list[dict[str, Any]] = []
     for name in a.runs.split(","):
         run, method = load_method(params, name)
         source = Path(method.predictor_source(run, params))
@@ -76,27 +87,29 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             q_trn = predictor.query_vectors(options["calibration_texts"])
         truth = exact_top_ids(q_val, vectors, 100)
         results: dict[str, Any] = {}
-        for target in [None, *targets]:   # None: exact search, the reference
+        for target, eq in [(None, default_eq), *((t, e) for t in targets for e in equalize)]:   # None: exact
             index = ANNIndex.from_params(params["index"])
             index.use_gpu = False
-            index.kind, index.recall_target = ("exact" if target is None else "ivf"), target
+            index.kind, index.recall_target, index.equalize_norms = ("exact" if target is None else "ivf"), target, eq
             t0 = time.perf_counter()
             index.build(vectors, None if target is None else q_trn)
             build_s = time.perf_counter() - t0
             t0 = time.perf_counter()
             scores, ids = index.search(q_val, 100)
             search_s = time.perf_counter() - t0
-            key = "exact" if target is None else str(target)
+            key = "exact" if target is None else str(target) + ("" if eq == default_eq else f"/equalize_norms={eq}")
             cal = index.calibration or {}
             results[key] = {"contrib": contributions(scores, ids), "build_s": build_s, "search_s": search_s, "calibration": cal,
-                            "val_recall": recall_of(ids, truth)}
+                            "val_recall": recall_of(ids, truth), "target": target, "equalize_norms": eq,
+                            "equalized": index.norm_max is not None or bool(cal.get("equalized_norms"))}
             print(f"{name} {key}: nprobe {cal.get('value', '-')}, calibration recall {cal.get('recall', '-')}, "
                   f"{a.split} recall {results[key]['val_recall']:.3f}, build {build_s:.1f} s, search "
                   f"{search_s:.2f} s", flush=True)
         ref = results["exact"]["contrib"]
         for key, r in results.items():
             m = r["contrib"].values()
-            row = {"run": name, "target": key, "nprobe": r["calibration"].get("value"),
+            row = {"run": name, "target": key if r["target"] is None else str(r["target"]),
+                   "equalize_norms": r["equalize_norms"], "equalized": r["equalized"], "nprobe": r["calibration"].get("value"),
                    "fallback": r["calibration"].get("fallback"),
                    "calibration_recall": r["calibration"].get("recall"),
                    f"{a.split}_recall_at_100": round(r["val_recall"], 4), "build_seconds": round(r["build_s"], 1),
@@ -106,17 +119,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 row["vs_exact"] = {k: paired_bootstrap(r["contrib"], ref, k, n_resamples=2000) for k in ("P@1", "P@5")}
             rows.append(row)
             print(json.dumps(row), flush=True)
+        if len(equalize) == 2:   # equalized against plain, same target, same queries
+            for t in targets:
+                on, off = (results[str(t) + ("" if e == default_eq else f"/equalize_norms={e}")] for e in (True, False))
+                comparisons.append({
+                    "run": name, "target": t, "equalized": on["equalized"],
+                    "nprobe": [on["calibration"].get("value"), off["calibration"].get("value")],
+                    "fallback": [on["calibration"].get("fallback"), off["calibration"].get("fallback")],
+                    "search_seconds": [round(on["search_s"], 2), round(off["search_s"], 2)],
+                    f"{a.split}_recall_at_100": [round(on["val_recall"], 4), round(off["val_recall"], 4)],
+                    "equalized_minus_plain": {k: paired_bootstrap(on["contrib"], off["contrib"], k, n_resamples=2000)
+                                              for k in ("P@1", "P@5")}})
+                print("equalize_norms", json.dumps(comparisons[-1]), flush=True)
 
     def holds(row: dict[str, Any]) -> bool:
         return all(c["ci95"][0] > -a.margin for c in row["vs_exact"].values())
 
-    chosen = next((t for t in targets if all(holds(r) for r in rows if r["target"] == str(t))), None)
+    chosen = next((t for t in targets if all(holds(r) for r in rows if r["target"] == str(t)
+                                             and r["equalize_norms"] == default_eq)), None)
     out = {"workspace": str(ws), "split": a.split, "queries": len(texts), "labels": len(ds.label_texts),
            "cpus": os.cpu_count(), "python": sys.version.split()[0], "targets": targets, "rows": rows,
            "rule": f"smallest target at which every run's 95% interval of P@1 and P@5 minus exact search stays "
                    f"above -{a.margin} points", "margin": a.margin,
-           "chosen": chosen}
-    Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+           "chosen": chosen, **({"equalize_norms": comparisons} if comparisons else {})}
+    out_path.write_text(json.dumps(out, indent=2) + "\n")
     print(f"chosen recall_target: {chosen}")
     return out
 

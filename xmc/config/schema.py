@@ -595,6 +595,8 @@ class IndexConfig(Section):
     # null: the fixed nprobe / ef_search above
     recall_target: Annotated[float, Field(gt=0, le=1)] | None = 0.9
     calibration_sample: Annotated[int, Field(gt=0, le=100_000)] = 1000
+    # an approximate index over vectors of unequal norm appends sqrt(M² − ‖v‖²) to each (inner products unchanged)
+    equalize_norms: bool = False
     encode_batch_size: Annotated[int, Field(gt=0, le=65_536)] = 256
 
 
