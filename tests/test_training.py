@@ -597,7 +597,8 @@ def test_where_the_target_needs_a_search_slower_than_brute_force_the_index_becom
     rng = np.random.default_rng(5)
     x = rng.standard_normal((20000, 32)).astype(np.float32)   # no clusters: 0.99 needs nearly every list
     q = rng.standard_normal((300, 32)).astype(np.float32)
-    idx = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300).build(x, q)
+    idx = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300,
+                   pq_fallback=False).build(x, q)
     cal = idx.calibration
     if cal.get("fallback") == "exact":
         assert idx.kind == "exact" and idx.storage == "float32" and cal["built_as"] == "ivf"
@@ -609,3 +610,44 @@ def test_where_the_target_needs_a_search_slower_than_brute_force_the_index_becom
     else:   # the IVF search at the chosen width was measured faster than brute force
         assert idx.kind == "ivf" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]
         assert cal["value"] >= 64
+
+
+def test_a_pq_scan_reranked_exactly_calibrates_its_candidates_and_keeps_inner_products(tmp_path):
+    from xmc.ann.index import exact_top_ids, recall_of
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((20000, 61)).astype(np.float32)   # d not a multiple of 4: padded with zero columns
+    q = rng.standard_normal((300, 61)).astype(np.float32)
+    idx = ANNIndex(kind="pq", use_gpu=False, recall_target=0.9, calibration_sample=300,
+                   exact_fallback=False).build(x, q)
+    cal = idx.calibration
+    assert idx.pad == 3 and cal["kind"] == "pq" and cal["knob"] == "k_factor" and cal["reached"]
+    assert all(r < 0.9 for w, r in cal["tried"].items() if int(w) < cal["value"])   # the fewest candidates
+    truth = exact_top_ids(q, x, 100)
+    D, ids = idx.search(q, 100)
+    assert recall_of(ids, truth) >= 0.85
+    # the candidates are re-ranked by their exact inner products
+    assert np.allclose(D, np.einsum("qd,qkd->qk", q, x[ids]), atol=1e-4)
+    assert idx.vectors().shape == x.shape and np.allclose(idx.vectors(), x)
+    idx.save(tmp_path / "pq")
+    back = ANNIndex.load(tmp_path / "pq", use_gpu=False)
+    assert (back.kind, back.k_factor, back.pad) == ("pq", idx.k_factor, 3) and (back.search(q, 100)[1] == ids).all()
+
+
+def test_an_ivf_index_slower_than_brute_force_tries_the_pq_scan_before_exact_search():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20000, 32)).astype(np.float32)
+    q = rng.standard_normal((300, 32)).astype(np.float32)
+    idx = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300).build(x, q)
+    cal = idx.calibration
+    if cal.get("built_as") == "ivf":   # IVF lost to brute force: the PQ scan was calibrated on the same queries
+        before = cal["before"]
+        assert before["kind"] == "ivf" and before["search_seconds_per_1000"] >= before["exact_seconds_per_1000"]
+        assert cal["kind"] == "pq" and cal["exact_seconds_per_1000"] == before["exact_seconds_per_1000"]
+        if cal["fallback"] == "pq":
+            assert idx.kind == "pq" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]
+        else:
+            assert cal["fallback"] == "exact" and idx.kind == "exact"
+            assert cal["search_seconds_per_1000"] >= cal["exact_seconds_per_1000"]
+    else:
+        assert idx.kind == "ivf" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]

@@ -27,7 +27,7 @@ NonNegFloat = Annotated[float, Field(ge=0)]
 Prob = Annotated[float, Field(ge=0, le=1)]
 DropoutP = Annotated[float, Field(ge=0, lt=1)]
 Seed = Annotated[int, Field(ge=0, le=2**32 - 1)]
-IndexKind = Literal["exact", "hnsw", "ivf", "auto"]
+IndexKind = Literal["exact", "hnsw", "ivf", "pq", "auto"]
 SPLIT_WORDS = ("val", "tst")
 METRIC_RE = re.compile(r"^(P|nDCG|PSP|PSnDCG|R)@[1-9][0-9]*$")
 
@@ -597,6 +597,8 @@ class IndexConfig(Section):
     calibration_sample: Annotated[int, Field(gt=0, le=100_000)] = 1000
     # an approximate index over vectors of unequal norm appends sqrt(M² − ‖v‖²) to each (inner products unchanged)
     equalize_norms: bool = False
+    # an IVF/HNSW index slower than brute force at recall_target tries a PQ scan re-ranked exactly before exact
+    pq_fallback: bool = True
     encode_batch_size: Annotated[int, Field(gt=0, le=65_536)] = 256
 
 

@@ -101,7 +101,7 @@ def _index_settings(options: dict[str, Any]) -> dict[str, Any]:
 def _index_options(options: dict[str, Any]) -> dict[str, Any]:
     icfg = _index_settings(options)
     return {k: icfg[k] for k in ("kind", "hnsw_m", "ef_search", "nprobe", "auto_exact_max", "storage",
-                                 "recall_target", "calibration_sample", "equalize_norms")}
+                                 "recall_target", "calibration_sample", "equalize_norms", "pq_fallback")}
 
 
 def _calibration_texts(options: dict[str, Any]) -> list[str] | None:
