@@ -397,14 +397,14 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
             run["stages"] = [row if r["stage"] == stage else r for r in run["stages"]]
             if stage not in {r["stage"] for r in run["stages"]}:
                 run["stages"].append(row)
-        run["completed"] = all(r["ok"] for r in run["stages"])
-        run["total_seconds"] = round(sum(r["seconds"] for r in run["stages"]), 1)
-        run["peak_rss_mib"] = max(r["peak_rss_mib"] for r in run["stages"])
-        found = outcomes(repo)
-        run.setdefault("metrics", {}).update(found["metrics"])
-        run.setdefault("indexes", {}).update(found["indexes"])
-    result["growth"] = growth_table(result["runs"])
-    out.write_text(json.dumps(result, indent=2) + "\n")
+            run["completed"] = all(r["ok"] for r in run["stages"])
+            run["total_seconds"] = round(sum(r["seconds"] for r in run["stages"]), 1)
+            run["peak_rss_mib"] = max(r["peak_rss_mib"] for r in run["stages"])
+            found = outcomes(repo)
+            run.setdefault("metrics", {}).update(found["metrics"])
+            run.setdefault("indexes", {}).update(found["indexes"])
+            result["growth"] = growth_table(result["runs"])
+            out.write_text(json.dumps(result, indent=2) + "\n")   # after every stage: an interrupted rerun keeps its rows
     if plot_path:
         plot(result, Path(plot_path))
     return result
