@@ -100,16 +100,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             key = "exact" if target is None else str(target) + ("" if eq == default_eq else f"/equalize_norms={eq}")
             cal = index.calibration or {}
             results[key] = {"contrib": contributions(scores, ids), "build_s": build_s, "search_s": search_s, "calibration": cal,
-                            "val_recall": recall_of(ids, truth), "target": target, "equalize_norms": eq,
+                            "val_recall": recall_of(ids, truth), "target": target, "equalize_norms": eq, "kind": index.kind,
                             "equalized": index.norm_max is not None or bool(cal.get("equalized_norms"))}
-            print(f"{name} {key}: nprobe {cal.get('value', '-')}, calibration recall {cal.get('recall', '-')}, "
+            print(f"{name} {key}: {index.kind}, {cal.get('knob', 'width')} {cal.get('value', '-')}, calibration recall {cal.get('recall', '-')}, "
                   f"{a.split} recall {results[key]['val_recall']:.3f}, build {build_s:.1f} s, search "
                   f"{search_s:.2f} s", flush=True)
         ref = results["exact"]["contrib"]
         for key, r in results.items():
             m = r["contrib"].values()
             row = {"run": name, "target": key if r["target"] is None else str(r["target"]),
-                   "equalize_norms": r["equalize_norms"], "equalized": r["equalized"], "nprobe": r["calibration"].get("value"),
+                   "equalize_norms": r["equalize_norms"], "equalized": r["equalized"],
+                   "kind": r["kind"], "knob": r["calibration"].get("knob"), "nprobe": r["calibration"].get("value"),
                    "fallback": r["calibration"].get("fallback"),
                    "calibration_recall": r["calibration"].get("recall"),
                    f"{a.split}_recall_at_100": round(r["val_recall"], 4), "build_seconds": round(r["build_s"], 1),
