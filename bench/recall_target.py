@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results[key] = {"contrib": contributions(scores, ids), "build_s": build_s, "search_s": search_s, "calibration": cal,
                             "val_recall": recall_of(ids, truth), "target": target, "equalize_norms": eq, "kind": index.kind,
                             "equalized": index.norm_max is not None or bool(cal.get("equalized_norms"))}
-            print(f"{name} {key}: {index.kind}, {cal.get('knob', 'width')} {cal.get('value', '-')}, calibration recall {cal.get('recall', '-')}, "
+            print(f"{name} {key}: {index.kind}, {cal.get('knob', 'width')} {cal.get('value', '-')}, "
+                  f"calibration recall {cal.get('recall', '-')}, "
                   f"{a.split} recall {results[key]['val_recall']:.3f}, build {build_s:.1f} s, search "
                   f"{search_s:.2f} s", flush=True)
         ref = results["exact"]["contrib"]

@@ -305,11 +305,18 @@ def outcomes(repo: Path) -> dict[str, Any]:
             if d.get("index_kind", "exact") != "exact" or cal:   # approximate, or calibrated and fell back to exact
                 indexes[m] = {"kind": d["index_kind"], "index_seconds": d.get("index_seconds"),
                               "predict_seconds": d.get("predict_seconds"), "recall_at_100": d.get("index_recall"),
-                              **({"calibrated": {k: cal.get(k) for k in ("knob", "value", "recall", "recall_target",
-                                                                          "fallback", "search_seconds_per_1000",
-                                                                          "exact_seconds_per_1000")}}
-                                 if cal else {})}
+                              **({"calibrated": _calibration_summary(cal)} if cal else {})}
     return {"metrics": metrics, "indexes": indexes}
+
+
+def _calibration_summary(cal: dict[str, Any]) -> dict[str, Any]:
+    """What a calibration chose and measured; ``before``: the kind it fell back from (IVF before a PQ scan)."""
+    keys = ("kind", "knob", "value", "recall", "recall_target", "fallback", "search_seconds_per_1000",
+            "exact_seconds_per_1000")
+    out = {k: cal.get(k) for k in keys}
+    if cal.get("before"):
+        out["before"] = {k: cal["before"].get(k) for k in keys}
+    return out
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
