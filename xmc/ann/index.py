@@ -23,15 +23,15 @@ classifier space) appends to each vector the coordinate sqrt(M² − ‖v‖²),
 query, so every indexed vector has norm M and no inner product changes (the MIPS-to-nearest-neighbour reduction
 of Bachrach et al., RecSys 2014). IVF clusters and HNSW graphs over vectors of unequal norm are dominated by the
 long vectors; at 10^6 ASTRA classifier rows recall@100 went from 0.286 to 0.647 at nprobe 128 of 4,000 lists.
-Vectors whose norms already agree (normalised encoders) are left as they are.
+Vectors whose norms already agree (normalised encoders) are left as they are. Off by default: on the 10^5
+validation split (``bench/equalize_norms.json``) it reached the recall target with half the lists but landed
+nearer the target, a tie in speed at equal recall that cost 0.35 P@1 against the plain index at the same target.
 
 ``pq_fallback``: where the calibrated IVF/HNSW width searches no faster than brute force (vectors without
 clusters, e.g. a barely trained encoder), a ``pq`` index is built and its ``k_factor`` calibrated to the same
 target before the index falls back to exact search. At 10^6 one-epoch DEXML-BoW label vectors (d 256) IVF reached
 recall@100 0.768 at 1,024 of 4,000 lists in 7.2 s per 1,000 queries against 9.8 s for brute force, and PQ fast-scan
-with exact re-ranking 0.907 / 0.979 at k_factor 4 / 10 in 4.4 / 4.6 s, built in 6 s. Off by default: on the 10^5
-validation split (``bench/equalize_norms.json``) it reached the recall target with half the lists but landed
-nearer the target, a tie in speed at equal recall that cost 0.35 P@1 against the plain index at the same target.
+with exact re-ranking 0.907 / 0.979 at k_factor 4 / 10 in 4.4 / 4.6 s, built in 6 s.
 """
 
 from __future__ import annotations
