@@ -49,6 +49,10 @@ from xmc.io import atomic_dir
 log = logging.getLogger(__name__)
 
 
+# kinds with a search width that calibrate() sets to the recall target
+CALIBRATED_KINDS = ("ivf", "hnsw", "pq")
+
+
 def exact_top_ids(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
     """Exact top-k ids by inner product (m x k, best first, -1 pads), reading ``vectors`` ``block`` rows at a time
     (float16 or memory-mapped arrays are converted a block at a time, never copied whole): faiss' brute-force
@@ -147,7 +151,7 @@ class ANNIndex:
 
     def calibrates(self, n: int) -> bool:
         """Whether a build over ``n`` vectors is approximate with a recall target, i.e. wants calibration queries."""
-        return bool(self.recall_target) and self.kind_for(n) in ("ivf", "hnsw", "pq")
+        return bool(self.recall_target) and self.kind_for(n) in CALIBRATED_KINDS
 
     def build(self, vectors: np.ndarray, queries: np.ndarray | None = None, recall_k: int = 100,
               block: int = 65536) -> ANNIndex:
@@ -206,7 +210,7 @@ class ANNIndex:
             index.add(self._stored(vectors[s : s + block]))
         self.index = index
         self._apply_search_params()
-        if self.kind in ("ivf", "hnsw", "pq") and self.recall_target and queries is not None and len(queries) and n:
+        if self.kind in CALIBRATED_KINDS and self.recall_target and queries is not None and len(queries) and n:
             self.calibrate(queries, vectors, recall_k)
         return self
 
@@ -235,7 +239,7 @@ class ANNIndex:
         width, so a binary search over the ladder measures a few rungs. Sets the width and returns (and keeps) what
         was measured. Where that width searches no faster than brute force: a ``pq`` index next (``pq_fallback``),
         then exact search (``exact_fallback``)."""
-        if self.kind not in ("ivf", "hnsw", "pq"):
+        if self.kind not in CALIBRATED_KINDS:
             raise ValueError(f"calibrate: a {self.kind} index has no search width")
         import time
 
