@@ -122,6 +122,14 @@ def _label_vector_file(out: Path, n: int, dim: int, options: dict[str, Any]) -> 
     return np.lib.format.open_memmap(out / "label_vectors.f16.npy", mode="w+", dtype=np.float16, shape=(n, dim))
 
 
+def on_inference_device(module: Any) -> Any:
+    """The encoder (or model) on the GPU when one is visible (``CUDA_VISIBLE_DEVICES=""`` keeps it on the CPU):
+    label and query encoding is most of a dense predictor's time."""
+    import torch
+
+    return module.to("cuda") if torch.cuda.is_available() else module
+
+
 class DensePredictor(Predictor):
     """Query vector = encoder(text) (⊕ a constant for a bias column); labels = the index's vectors."""
 
@@ -141,11 +149,11 @@ class DensePredictor(Predictor):
 
             model = ASTRAModel.load(source, label_texts)
             vectors = model.all_label_vectors()
-            encoder = model.encoder
+            encoder = on_inference_device(model.encoder)
             _copy_tree(source / "encoder", out / "encoder")
             append: float | None = 1.0
         else:
-            encoder = load_encoder(source)
+            encoder = on_inference_device(load_encoder(source))
             spill = _label_vector_file(out, len(label_texts), encoder.dim, options)
             vectors = encoder.encode(label_texts, "label", bs, True, out=spill)
             _copy_tree(source, out / "encoder")
@@ -174,7 +182,7 @@ class DensePredictor(Predictor):
         from xmc.ann import ANNIndex
         from xmc.encoders import load_encoder
 
-        encoder = load_encoder(root / section.get("encoder", "encoder"))
+        encoder = on_inference_device(load_encoder(root / section.get("encoder", "encoder")))
         encoder.eval()
         index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
         if index.ntotal != len(label_texts):
@@ -215,7 +223,7 @@ class UniDECPredictor(Predictor):
         if space not in SPACES:
             raise ConfigError(f"package space must be one of {', '.join(SPACES)} (got {space!r})")
         bs = _index_settings(options)["encode_batch_size"]
-        model = UniDECModel.load(source, label_texts, space=space)
+        model = on_inference_device(UniDECModel.load(source, label_texts, space=space))
         vectors = model.label_space_vectors(space, bs, progress=True)
         calib = _calibration_texts(options)
         index = ANNIndex(**_index_options(options))
@@ -232,7 +240,7 @@ class UniDECPredictor(Predictor):
         from xmc.methods.unidec import UniDECModel
 
         space = section.get("space", "concat")
-        model = UniDECModel.load(root / section.get("model", "model"), label_texts, space=space)
+        model = on_inference_device(UniDECModel.load(root / section.get("model", "model"), label_texts, space=space))
         index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
         if index.ntotal != len(label_texts):
             raise DataFormatError(root / "index", None, f"holds {index.ntotal} label vectors but the package has "

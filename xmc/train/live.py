@@ -5,17 +5,70 @@ One :class:`TrainingLog` per run, in ``plots/train/<run>/``: ``metrics.json`` (t
 history per metric over the training step: what ``dvc plots show`` draws). The trainer logs per step the loss,
 its parts, the learning rate and the step throughput, and per epoch the validation metrics and the epoch's
 sentences per second. A run made of several trainers (MACLR's Stage I and II) logs each under its prefix, on
-one step axis.
+one step axis. Where DVCLive is not installed (a stock PyTorch image on a GPU worker, outside the DVC project)
+the same two kinds of file are written by :class:`PlainLive`.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 
+log = logging.getLogger(__name__)
+
 # the validation metrics a run's live record carries (the evaluator computes more; these are the report's)
 LIVE_VALIDATION = ("P@1", "P@5", "PSP@5", "R@100")
+
+
+class PlainLive:
+    """The part of ``dvclive.Live`` the trainer uses, without DVC: ``metrics.json`` (latest values, nested at
+    ``/`` as DVCLive writes them, with ``step``) and ``plots/metrics/<name>.tsv`` (``step``, value) per metric."""
+
+    def __init__(self, dir: str, resume: bool = False) -> None:  # noqa: A002 - DVCLive's argument name
+        self.dir = Path(dir)
+        self.step = 0
+        self._latest: dict[str, float] = {}
+        self.plots = self.dir / "plots" / "metrics"
+        self.plots.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            for f in self.plots.rglob("*.tsv"):
+                f.unlink()
+
+    def log_metric(self, name: str, value: float) -> None:
+        self._latest[name] = value
+        f = self.plots / f"{name}.tsv"
+        f.parent.mkdir(parents=True, exist_ok=True)
+        new = not f.exists()
+        with f.open("a") as fh:
+            if new:
+                fh.write(f"step\t{name.rsplit('/', 1)[-1]}\n")
+            fh.write(f"{self.step}\t{value}\n")
+
+    def make_summary(self) -> None:
+        summary: dict = {}
+        for name, v in self._latest.items():
+            node = summary
+            *parents, last = name.split("/")
+            for k in parents:
+                node = node.setdefault(k, {})
+            node[last] = v
+        summary["step"] = self.step
+        tmp = self.dir / "metrics.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=4))
+        os.replace(tmp, self.dir / "metrics.json")
+
+
+def _open_live(directory: Path, resume: bool):
+    try:
+        from dvclive import Live
+    except ImportError:
+        log.warning("dvclive is not installed: the training record in %s is written without it", directory)
+        return PlainLive(dir=str(directory), resume=resume)
+    return Live(dir=str(directory), resume=resume, report=None, save_dvc_exp=False, dvcyaml=None, monitor_system=False)
 
 
 class TrainingLog:
@@ -32,13 +85,10 @@ class TrainingLog:
 
     def start(self, prefix: str = "", resumed_at_step: int = 0) -> None:
         """A trainer starts (``resumed_at_step`` > 0: from a checkpoint): later steps go under ``prefix``."""
-        from dvclive import Live
-
         resuming = self.live is None and resumed_at_step > 0
         if self.live is None:
             # a resumed run keeps the history written before the interruption (the stage persists the folder)
-            self.live = Live(dir=str(self.directory), resume=resumed_at_step > 0, report=None, save_dvc_exp=False,
-                             dvcyaml=None, monitor_system=False)
+            self.live = _open_live(self.directory, resumed_at_step > 0)
         self.prefix = f"{prefix}/" if prefix else ""
         # a resumed trainer goes on at its own step (the steps between its checkpoint and the interruption are
         # logged again); a later trainer of the run (MACLR's Stage II) starts after the last step logged

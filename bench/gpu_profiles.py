@@ -1,0 +1,515 @@
+"""The GPU profile of every method on the transformer encoder (MiniLM), run on a lent GPU machine, with each
+run's training time, epochs and test/validation metrics: ``metrics/gpu/``, ``bench/gpu_profiles.json``.
+
+The profiles are the full-length ones of ``docs/methods/*.md`` (DEXML 20 epochs with hard negatives refreshed by
+the encoder being trained, MACLR's paper schedule, RAMEN / UniDEC / ASTRA on MiniLM). A lease of GPU time is
+short, so each method gets a wall-clock budget: a one-epoch probe run measures what an epoch costs (fixed costs
+included, so the estimate is high), and the run proper trains the most epochs that fit the budget, at most the
+profile's; the epoch-dependent schedule (refresh / pruning / clustering periods) is scaled with it. Every row
+records the epochs run, the profile's epochs, seconds per epoch and the projection to the full length.
+
+Three steps, because the GPU machine has neither the data nor the encoder package nor the network:
+
+    python -m bench.gpu_profiles pack            # here: .gpu/ = data (processed, graph, MACLR pairs) + MiniLM + wheels
+    # on the GPU machine (device tool, carry .gpu):
+    pip install --target /tmp/site .gpu/wheels/*.whl; PYTHONPATH=/tmp/site:. python -m bench.gpu_profiles run \\
+        --work /tmp/gpuws --out $OUT --methods dexml,astra,unidec,ramen,maclr --budget 105 --total 540
+    python -m bench.gpu_profiles collect DIR...  # here: the folders that came back -> metrics/gpu/, bench/gpu_profiles.json
+
+``pack`` stores MiniLM's weights in float16 (the transfer limit; the machine rebuilds float32 weights from them,
+each weight within 2^-11 relative of the original) and only the word-embedding rows of the word pieces that occur
+in the carried texts (the others are never looked up by this data; they are rebuilt as zeros). The CPU profile of
+the same methods is the default pipeline (``metrics/<run>.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CARRY = ROOT / ".gpu"
+DATA_DIRS = ["data/processed", "data/graph/augmented", "data/maclr_pairs"]   # what the five runs read
+WHEELS = ["faiss-cpu==1.15.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
+          "typing-inspection==0.4.5", "typing-extensions==4.16.0"]
+ST_FILES = ["config.json", "config_sentence_transformers.json", "modules.json", "sentence_bert_config.json",
+            "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "1_Pooling/config.json"]
+EMBEDDING = "embeddings.word_embeddings.weight"
+# the word-embedding table trains too (frozen only in the CPU profiles, where its optimiser step is the cost)
+MINILM = {"kind": "transformer", "model_dir": None, "pooling": "mean", "max_len_query": 32, "max_len_label": 32,
+          "tied": True, "dropout": 0.0, "freeze_embeddings": False}
+EVAL_RESERVE_S = 35.0   # prediction (val + tst) and evaluation of a run on the GPU machine
+NO_CKPT = {"checkpoint_every_steps": 0, "checkpoint_interval_minutes": 1000.0}
+
+
+# ------------------------------------------------------------------------------------------------
+# the profiles (docs/methods/*.md "GPU profile") and how their schedules scale with the epochs run
+# ------------------------------------------------------------------------------------------------
+def _every(epochs: int, paper_every: int, paper_epochs: int) -> int:
+    """A period of ``paper_every`` in ``paper_epochs`` epochs, kept in proportion for ``epochs``."""
+    return max(1, round(paper_every * epochs / paper_epochs))
+
+
+def _dexml(e: int) -> dict[str, Any]:
+    return {"dual_encoder.encoder": dict(MINILM),
+            "dual_encoder.train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, "lr": 2e-4,
+                                   "eval_every_epochs": 0, **NO_CKPT},
+            "dual_encoder.negatives.negatives_per_query": 5,
+            "dual_encoder.negatives.refresh_every_epochs": _every(e, 5, 20),
+            "dual_encoder.negatives.refresh_every_steps": 0}
+
+
+def _maclr(e: int) -> dict[str, Any]:
+    steps = e * math.ceil(15790 / 256)   # T: Stage I steps (15,790 ICT pairs at batch 256); T_K = T/10, T_upd = T/20
+    return {"maclr.defaults.encoder.model_dir": None, "maclr.defaults.encoder.freeze_embeddings": False,
+            "maclr.defaults.stage1.train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, **NO_CKPT},
+            "maclr.defaults.stage1.t_k": max(1, steps // 10), "maclr.defaults.stage1.t_update": max(1, steps // 20),
+            "maclr.defaults.stage1.cluster_pool": 0,
+            "maclr.defaults.stage2.train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, "lr": 1e-5,
+                                            **NO_CKPT}}
+
+
+def _ramen(e: int) -> dict[str, Any]:
+    return {"ramen.defaults.encoder": dict(MINILM),
+            "ramen.defaults.train": {"epochs": e, "batch_size": 1024, "lr": 2e-4, "max_steps_per_epoch": 0,
+                                     "eval_every_epochs": 0, **NO_CKPT},
+            "ramen.defaults.pruning.warmup_epochs": _every(e, 10, 300),
+            "ramen.defaults.pruning.every_epochs": _every(e, 5, 300),
+            "ramen.defaults.loss": {"name": "triplet", "margin": 0.3},
+            # one sampled positive per query (DEXML's code, as the paper's triplets): with every positive (8.9 per
+            # query) a batch of 1,024 puts ~11k label texts through the encoder with gradients, past 139 GiB
+            "ramen.defaults.negatives.max_positives_per_query": 1,
+            "ramen.defaults.negatives.refresh_every_epochs": _every(e, 5, 300)}
+
+
+def _unidec(e: int) -> dict[str, Any]:
+    return {"unidec.defaults.encoder": dict(MINILM), "unidec.defaults.model.dim": 384,
+            "unidec.defaults.model.dropout": 0.1,
+            "unidec.defaults.train": {"epochs": e, "batch_size": 512, "lr": 1e-4,
+                                      "group_lr": {"encoder": 1e-4, "heads": 2e-4, "classifier": 1e-3},
+                                      "max_steps_per_epoch": 0, "eval_every_epochs": 0, **NO_CKPT},
+            "unidec.defaults.psl.refresh_every_epochs": _every(e, 5, 50), "unidec.defaults.psl.shortlist_size": 30,
+            "unidec.defaults.psl.start_epoch": 0}
+
+
+def _astra(e: int) -> dict[str, Any]:
+    # negatives: the paper's smaller setting (50 hard, 500 uniform per query: its range is 50-800 / 100-6400)
+    return {"astra.defaults.encoder": dict(MINILM),
+            "astra.defaults.train": {"epochs": e, "batch_size": 512, "lr": 1e-5, "group_optimizer": {"classifier": "sgd"},
+                                     "group_lr": {"classifier": 25.6}, "max_steps_per_epoch": 0,
+                                     "eval_every_epochs": 0, **NO_CKPT},
+            "astra.defaults.negatives.hard_negatives": 50, "astra.defaults.negatives.uniform_negatives": 500,
+            "astra.defaults.negatives.start_epoch": _every(e, 5, 75),
+            "astra.defaults.negatives.refresh_every_epochs": _every(e, 5, 75)}
+
+
+# method -> (run, profile's epochs, overrides for e epochs, prediction variants evaluated)
+PROFILES: dict[str, tuple[str, int, Callable[[int], dict[str, Any]], list[str]]] = {
+    "dexml": ("dexml", 20, _dexml, ["dexml"]),
+    "maclr": ("maclr", 20, _maclr, ["maclr"]),
+    "ramen": ("ramen", 300, _ramen, ["ramen"]),
+    "unidec": ("unidec", 50, _unidec, ["unidec", "unidec_de_only", "unidec_clf_only"]),
+    "astra": ("astra", 75, _astra, ["astra"]),
+}
+
+
+def _merge(node: dict[str, Any], key: str, value: Any) -> None:
+    *parents, last = key.split(".")
+    for k in parents:
+        node = node.setdefault(k, {})
+    if isinstance(value, dict) and isinstance(node.get(last), dict):
+        node[last] = {**node[last], **value}
+    else:
+        node[last] = value
+
+
+def profile_params(params: dict[str, Any], method: str, epochs: int, model_dir: str | None,
+                   max_steps: int = 0) -> dict[str, Any]:
+    """params with ``method``'s GPU profile for ``epochs`` epochs; the encoder read from ``model_dir``;
+    ``max_steps`` > 0 caps every epoch (a quick check of the plumbing on a CPU, not a profile)."""
+    import copy
+
+    out = copy.deepcopy(params)
+    for key, value in PROFILES[method][2](epochs).items():
+        if key.endswith(".encoder"):   # the encoder section is replaced whole (the bag-of-words keys go)
+            *parents, last = key.split(".")
+            node = out
+            for k in parents:
+                node = node.setdefault(k, {})
+            node[last] = {**value, "model_dir": model_dir}
+            continue
+        if key.endswith("encoder.model_dir"):
+            value = model_dir
+        if max_steps and key.endswith(".train"):
+            value = {**value, "max_steps_per_epoch": max_steps}
+        _merge(out, key, value)
+    from xmc.config.schema import validate_params
+
+    return validate_params(out)   # a profile key the schema does not know fails here, not on the GPU machine
+
+
+# ------------------------------------------------------------------------------------------------
+# pack (here) and unpack (there)
+# ------------------------------------------------------------------------------------------------
+def _texts(path: Path) -> Iterator[str]:
+    """Every string a data file holds (JSON-lines values, TSV fields)."""
+    def strings(v: Any) -> Iterator[str]:
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, dict):
+            for x in v.values():
+                yield from strings(x)
+        elif isinstance(v, list):
+            for x in v:
+                yield from strings(x)
+
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if path.suffix == ".jsonl":
+                yield from strings(json.loads(line))
+            else:
+                yield from line.rstrip("\n").split("\t")
+
+
+def used_token_ids(tokenizer: Any, roots: list[Path]) -> set[int]:
+    """The word pieces of every text under ``roots`` (+ special tokens and every piece of one character)."""
+    ids: set[int] = set(tokenizer.all_special_ids)
+    ids |= {i for t, i in tokenizer.get_vocab().items() if len(t.removeprefix("##")) <= 1}
+    for root in roots:
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".jsonl", ".tsv", ".txt")):
+            batch: list[str] = []
+            for text in _texts(path):
+                batch.append(text)
+                if len(batch) == 4096:
+                    ids.update(i for row in tokenizer(batch, add_special_tokens=False)["input_ids"] for i in row)
+                    batch = []
+            if batch:
+                ids.update(i for row in tokenizer(batch, add_special_tokens=False)["input_ids"] for i in row)
+    return ids
+
+
+def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset: int = 6) -> dict[str, Any]:
+    """``.gpu/``: data.tar.xz, minilm/ (float16, used embedding rows), wheels/ (what the GPU image lacks)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save
+    from transformers import AutoTokenizer
+
+    from xmc.encoders.transformer import default_model_dir
+
+    dest.mkdir(parents=True, exist_ok=True)
+    missing = [d for d in DATA_DIRS if not (data_root / d).is_dir()]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}: run `dvc repro graph maclr_pseudo_pairs` first")
+    with tarfile.open(dest / "data.tar.xz", "w:xz") as tar:
+        for d in DATA_DIRS:
+            tar.add(data_root / d, arcname=d)
+    src = Path(default_model_dir())
+    out = dest / "minilm"
+    shutil.rmtree(out, ignore_errors=True)
+    for f in ST_FILES:
+        (out / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / f, out / f)
+    tok = AutoTokenizer.from_pretrained(str(src), local_files_only=True)
+    keep = np.array(sorted(used_token_ids(tok, [data_root / d for d in DATA_DIRS])), np.int64)
+    state = load_file(str(src / "model.safetensors"))
+    emb = state.pop(EMBEDDING)
+    rows = emb[torch.from_numpy(keep)]
+    scale = (rows.abs().amax(1, keepdim=True) / 127.0).clamp(min=1e-12)
+    packed = {k: v.to(torch.float16) for k, v in state.items()}
+    packed[EMBEDDING + ".rows"] = torch.from_numpy(keep)
+    packed[EMBEDDING + ".int8"] = torch.round(rows / scale).to(torch.int8)
+    packed[EMBEDDING + ".scale"] = scale.to(torch.float16)
+    blob = save(packed, metadata={"vocab_size": str(emb.shape[0])})
+    (out / "weights.safetensors.xz").write_bytes(lzma.compress(blob, preset=preset))
+    if wheels:
+        wd = dest / "wheels"
+        shutil.rmtree(wd, ignore_errors=True)
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
+               "3.12", "--implementation", "cp", "-d", str(wd),
+               *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                             "manylinux2014_x86_64") for a in ("--platform", p)], *WHEELS]
+        subprocess.run(cmd, check=True)
+    size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
+    info = {"bytes": size, "embedding_rows_kept": int(len(keep)), "vocab_size": int(emb.shape[0])}
+    print(json.dumps(info))
+    return info
+
+
+def _vocab_size(blob: bytes) -> int:
+    """The ``vocab_size`` that ``pack`` wrote in the safetensors header's metadata."""
+    n = int.from_bytes(blob[:8], "little")
+    return int(json.loads(blob[8 : 8 + n])["__metadata__"]["vocab_size"])
+
+
+def unpack(carry: Path, work: Path) -> Path:
+    """The workspace: ``data/`` unpacked and ``minilm/`` rebuilt with float32 weights; returns the model folder."""
+    import torch
+    from safetensors.torch import load, save_file
+
+    work.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(carry / "data.tar.xz") as tar:
+        tar.extractall(work, filter="data")
+    model = work / "minilm"
+    shutil.copytree(carry / "minilm", model, dirs_exist_ok=True, ignore=shutil.ignore_patterns("weights.*"))
+    blob = lzma.decompress((carry / "minilm" / "weights.safetensors.xz").read_bytes())
+    packed = load(blob)
+    vocab = _vocab_size(blob)
+    rows, q, scale = (packed.pop(EMBEDDING + s) for s in (".rows", ".int8", ".scale"))
+    emb = torch.zeros((vocab, q.shape[1]), dtype=torch.float32)
+    emb[rows] = q.float() * scale.float()
+    state = {k: v.float() for k, v in packed.items()}
+    state[EMBEDDING] = emb
+    save_file(state, str(model / "model.safetensors"))
+    shutil.copy2(ROOT / "params.yaml", work / "params.yaml")
+    return model
+
+
+# ------------------------------------------------------------------------------------------------
+# run (there): one child process per method (a crash or a timeout loses that method only)
+# ------------------------------------------------------------------------------------------------
+def _train_eval(method: str, epochs: int, model_dir: str, eval_: bool, max_steps: int = 0) -> dict[str, Any]:
+    """In the workspace (cwd): train ``method``'s run for ``epochs`` epochs; with ``eval_``, predict val + tst and
+    evaluate every variant. Returns times, the training summary and the metrics."""
+    import torch
+
+    from stages import evaluate as evaluate_stage
+    from xmc.config import load_params, set_offline_env, setup_logging
+    from xmc.methods.base import predict_run, train_run
+
+    set_offline_env()
+    setup_logging("INFO")
+
+    run, paper_epochs, _, variants = PROFILES[method]
+    params = profile_params(load_params(), method, epochs, model_dir, max_steps)
+    for d in ("models", "checkpoints", "plots/train", "indexes", "predictions"):
+        shutil.rmtree(Path(d) / run, ignore_errors=True)
+    torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
+    t0 = time.perf_counter()
+    summary = train_run(params, run)
+    row: dict[str, Any] = {"method": method, "run": run, "epochs": epochs, "profile_epochs": paper_epochs,
+                           "train_wall_s": round(time.perf_counter() - t0, 2), "summary": summary}
+    if torch.cuda.is_available():
+        row["gpu_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
+    if not eval_:
+        return row
+    t0 = time.perf_counter()
+    predict_run(params, run, ("val", "tst"))
+    row["predict_s"] = round(time.perf_counter() - t0, 2)
+    row["metrics"], row["metrics_val"] = {}, {}
+    t0 = time.perf_counter()
+    for v in variants:
+        evaluate_stage.main([v, "--split", "tst"])
+        evaluate_stage.main([v, "--split", "val"])
+        row["metrics"][v] = json.loads((Path("metrics") / f"{v}.json").read_text())
+        row["metrics_val"][v] = json.loads((Path("metrics_val") / f"{v}.json").read_text())
+    row["evaluate_s"] = round(time.perf_counter() - t0, 2)
+    return row
+
+
+def _child(method: str, epochs: int, model_dir: str, eval_: bool, timeout: float, log: Any,
+           max_steps: int = 0) -> dict[str, Any]:
+    """``_train_eval`` in a child process (its own GPU context), killed at ``timeout`` seconds; its output is
+    copied to ``log`` as it comes (progress bars included: read in chunks, not lines)."""
+    code = (f"import json, sys; from bench.gpu_profiles import _train_eval; "
+            f"r = _train_eval({method!r}, {epochs}, {model_dir!r}, {eval_}, {max_steps}); "
+            f"print('XMC_GPU_ROW=' + json.dumps(r, default=str), flush=True)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "true",   # a fresh process: batch tokenization on every core
+           "PYTHONUNBUFFERED": "1"}
+    t0 = time.perf_counter()
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                         start_new_session=True)
+    fd = p.stdout.fileno()
+    os.set_blocking(fd, False)
+    buf = bytearray()
+    timed_out = False
+    while True:
+        if time.perf_counter() - t0 > timeout:
+            timed_out = True
+            os.killpg(p.pid, 9)
+            break
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            time.sleep(0.2)
+            continue
+        if not chunk:
+            break
+        buf += chunk
+        log.write(chunk.decode("utf-8", "replace"))
+        log.flush()
+    p.wait()
+    seconds = round(time.perf_counter() - t0, 1)
+    if timed_out:
+        return {"method": method, "epochs": epochs, "ok": False, "why": f"timeout after {timeout:.0f} s",
+                "seconds": seconds}
+    lines = buf.decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    rows = [json.loads(x.split("=", 1)[1]) for x in lines if x.startswith("XMC_GPU_ROW=")]
+    if p.returncode != 0 or not rows:
+        tail = [x.rstrip() for x in lines if x.strip()][-3:]
+        return {"method": method, "epochs": epochs, "ok": False, "why": " | ".join(tail)[-600:], "seconds": seconds}
+    return {**rows[-1], "ok": True, "seconds": seconds}
+
+
+def _pack_outputs(out: Path) -> None:
+    with tarfile.open(out / "gpu_outputs.tar.gz.tmp", "w:gz") as tar:
+        for d in ("metrics", "metrics_val", "evaluation", "plots/train"):
+            if Path(d).exists():
+                tar.add(d)
+    os.replace(out / "gpu_outputs.tar.gz.tmp", out / "gpu_outputs.tar.gz")
+
+
+def run(work: Path, out: Path, methods: list[str], budget: float, carry: Path = CARRY, max_steps: int = 0,
+        total: float = float("inf")) -> dict[str, Any]:
+    """Each method: a one-epoch probe, then the most epochs (≤ the profile's) that fit its budget with prediction
+    and evaluation: ``budget`` seconds, or with a ``total`` its share of what is left (time a method did not use
+    goes to those after it); a method is not started when less than 0.6 x ``budget`` of ``total`` is left.
+    Rows go to ``out/gpu_profiles.json`` (and the metrics files to ``gpu_outputs.tar.gz``) after each."""
+    import torch
+
+    t_all = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = str(unpack(carry, work)) if not (work / "minilm" / "model.safetensors").exists() else str(work / "minilm")
+    os.chdir(work)
+    result: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "torch": torch.__version__, "cpu_count": os.cpu_count(), "budget_s_per_method": budget,
+        "unpack_s": round(time.perf_counter() - t_all, 1), "rows": []}
+
+    def remaining() -> float:
+        return total - (time.perf_counter() - t_all)
+
+    with (out / "gpu_profiles.log").open("a") as log:
+        for i, method in enumerate(methods):
+            t0 = time.perf_counter()
+            row: dict[str, Any] = {"method": method}
+            # time a method did not use goes to those after it
+            budget_i = max(budget, remaining() / (len(methods) - i)) if math.isfinite(total) else budget
+            row["budget_s"] = round(budget_i, 1)
+            if remaining() < 0.6 * budget:
+                row.update(ok=False, why=f"not started: {remaining():.0f} s left")
+            else:
+                probe = _child(method, 1, model_dir, False, min(0.6 * budget_i, remaining()), log, max_steps)
+                row["probe"] = {k: probe.get(k) for k in ("ok", "why", "seconds", "train_wall_s")}
+                if probe["ok"]:
+                    # the run proper costs about: start-up + fixed (model load, label-text init) + epochs x epoch,
+                    # then prediction and evaluation (reserved); the probe's first epoch mines no hard negatives
+                    # yet, hence the 1.3 margin on an epoch
+                    epoch = max(float(probe["summary"]["train_seconds"]), 1e-3) * 1.3
+                    fixed = probe["seconds"] - float(probe["summary"]["train_seconds"])
+                    left = budget_i - (time.perf_counter() - t0) - fixed - EVAL_RESERVE_S
+                    epochs = int(max(1, min(PROFILES[method][1], left // epoch)))
+                    row["probe"].update(epoch_s=round(epoch / 1.3, 2), fixed_s=round(fixed, 1))
+                    expected = fixed + epochs * epoch + EVAL_RESERVE_S
+                    limit = min(remaining() - 5.0, max(budget_i - (time.perf_counter() - t0), 1.5 * expected))
+                    row.update(_child(method, epochs, model_dir, True, limit, log, max_steps))
+                else:
+                    row.update(ok=False, why="probe: " + str(probe.get("why")))
+            row["method_s"] = round(time.perf_counter() - t0, 1)
+            result["rows"].append(row)
+            result["total_s"] = round(time.perf_counter() - t_all, 1)
+            (out / "gpu_profiles.json").write_text(json.dumps(result, indent=1, default=str))
+            _pack_outputs(out)
+            print(f"{method}: {'ok' if row.get('ok') else 'FAILED ' + str(row.get('why'))[-300:]}"
+                  f" epochs {row.get('epochs')} in {row['method_s']} s", flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu_profiles", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pack", help="here: .gpu/ with the data, MiniLM and wheels to carry")
+    p.add_argument("--dest", type=Path, default=CARRY)
+    p.add_argument("--no-wheels", action="store_true")
+    p.add_argument("--data-root", type=Path, default=ROOT, help="the project folder whose data/ is packed")
+    r = sub.add_parser("run", help="on the GPU machine")
+    r.add_argument("--work", type=Path, required=True)
+    r.add_argument("--out", type=Path, required=True)
+    r.add_argument("--carry", type=Path, default=CARRY)
+    r.add_argument("--methods", default="astra,dexml,unidec,ramen,maclr")
+    r.add_argument("--budget", type=float, default=110.0, help="seconds per method, probe and evaluation included")
+    r.add_argument("--max-steps", type=int, default=0, help="cap every epoch at this many steps (a plumbing check)")
+    r.add_argument("--total", type=float, default=float("inf"), help="seconds for all methods (a lease's limit)")
+    c = sub.add_parser("collect", help="here: the files that came back -> metrics/gpu/, bench/gpu_profiles.json")
+    c.add_argument("dirs", type=Path, nargs="+", help="the folders of the device calls, in order")
+    args = ap.parse_args(argv)
+    if args.cmd == "pack":
+        pack(args.dest, wheels=not args.no_wheels, data_root=args.data_root)
+    elif args.cmd == "run":
+        methods = [m for m in args.methods.split(",") if m]
+        unknown = sorted(set(methods) - set(PROFILES))
+        if unknown:
+            raise SystemExit(f"unknown methods {unknown}; choose from {sorted(PROFILES)}")
+        run(args.work.resolve(), args.out.resolve(), methods, args.budget, args.carry.resolve(), args.max_steps,
+            args.total)
+    else:
+        collect(args.dirs)
+
+
+def collect(dirs: list[Path]) -> dict[str, Any]:
+    """The files of one or more device calls (in order) -> ``bench/gpu_profiles.json`` (every row, less its
+    metrics, with the call it came from), ``metrics/gpu/<variant>.json`` and ``metrics_val/gpu/<variant>.json``
+    (per variant, the row that trained most epochs), ``evaluation/gpu/{tst,val}/<variant>.npz``, and paired
+    bootstrap tests between the calls' runs of one variant (more epochs vs fewer, same test instances)."""
+    import tempfile
+
+    from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap
+
+    calls, rows, best = [], [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for c, d in enumerate(dirs, 1):
+            part = json.loads((d / "gpu_profiles.json").read_text())
+            with tarfile.open(d / "gpu_outputs.tar.gz") as tar:
+                tar.extractall(Path(tmp) / str(c), filter="data")
+            calls.append({k: v for k, v in part.items() if k != "rows"} | {"call": c})
+            for row in part["rows"]:
+                row["call"] = c
+                rows.append(row)
+                for v in row.get("metrics") or {}:
+                    if v not in best or row["epochs"] >= best[v]["epochs"]:
+                        best[v] = row
+        paired = []
+        for v, row in best.items():
+            for split, mdir in (("tst", "metrics"), ("val", "metrics_val")):
+                dest = ROOT / mdir / "gpu" / f"{v}.json"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                m = row["metrics" if split == "tst" else "metrics_val"][v]
+                dest.write_text(json.dumps({**m, "epochs": row["epochs"], "profile_epochs": row["profile_epochs"],
+                                            "device": calls[row["call"] - 1]["device"]}, indent=2) + "\n")
+                npz = ROOT / "evaluation" / "gpu" / split / f"{v}.npz"
+                npz.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(Path(tmp) / str(row["call"]) / "evaluation" / split / f"{v}.npz", npz)
+            for other in rows:   # the same variant from another call, fewer epochs: does training longer help?
+                if other is row or v not in (other.get("metrics") or {}) or other["epochs"] >= row["epochs"]:
+                    continue
+                a, b = (InstanceContributions.load(Path(tmp) / str(r["call"]) / "evaluation" / "tst" / f"{v}.npz")
+                        for r in (row, other))
+                for metric in ("P@1", "P@5"):
+                    paired.append({"variant": v, "a_epochs": row["epochs"], "b_epochs": other["epochs"],
+                                   **paired_bootstrap(a, b, metric)})
+    for row in rows:
+        row.pop("metrics", None)
+        row.pop("metrics_val", None)
+    result = {"calls": calls, "rows": rows, "paired_more_epochs": paired}
+    (ROOT / "bench" / "gpu_profiles.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"{len(rows)} rows from {len(dirs)} calls -> bench/gpu_profiles.json, metrics/gpu/, metrics_val/gpu/")
+    for x in paired:
+        print(f"  {x['variant']} {x['a_epochs']} vs {x['b_epochs']} epochs: {x['metric']} {x['diff']:+.2f} "
+              f"{x['ci95']} p={x['p_value']:.3f}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

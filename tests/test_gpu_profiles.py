@@ -1,0 +1,93 @@
+"""The GPU profile runner's parts that run anywhere: the profiles are valid params, the carried encoder equals
+MiniLM, and a training record is written without DVCLive (the GPU image has no DVC)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.gpu_profiles import PROFILES, pack, profile_params, unpack
+from xmc.config import load_params
+from xmc.methods.runs import find_run
+from xmc.train.live import TrainingLog
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("method", sorted(PROFILES))
+def test_each_gpu_profile_is_valid_params_on_the_transformer_with_its_schedule_scaled(method, tmp_path):
+    run, full_epochs, _, _ = PROFILES[method]
+    params = profile_params(load_params(ROOT / "params.yaml"), method, 4, str(tmp_path))
+    cfg = find_run(params, run).config
+    assert cfg["encoder"]["kind"] == "transformer" and cfg["encoder"]["model_dir"] == str(tmp_path)
+    train = cfg["stage1"]["train"] if method == "maclr" else cfg["train"]
+    assert train["epochs"] == 4 and train["max_steps_per_epoch"] == 0 and train["checkpoint_every_steps"] == 0
+    if method == "dexml":   # every 5 of 20 epochs -> every 1 of 4
+        assert cfg["negatives"]["refresh_every_epochs"] == 1 and cfg["negatives"]["negatives_per_query"] == 5
+    if method == "maclr":   # T = 4 x 62 steps: T_K = T/10, T_update = T/20
+        assert (cfg["stage1"]["t_k"], cfg["stage1"]["t_update"]) == (24, 12)
+        assert cfg["stage2"]["train"]["epochs"] == 4
+    full = profile_params(load_params(ROOT / "params.yaml"), method, full_epochs, None)
+    full_cfg = find_run(full, run).config
+    assert (full_cfg["stage1"]["train"] if method == "maclr" else full_cfg["train"])["epochs"] == full_epochs
+
+
+def test_the_carried_encoder_embeds_the_carried_texts_as_minilm_does(tmp_path):
+    from sentence_transformers import SentenceTransformer
+
+    from xmc.encoders.transformer import default_model_dir
+
+    texts = ["The cat sat on the mat.", "run quickly (verb): move fast by using one's feet",
+             "a financial institution that accepts deposits", "Ölkännchen, naïve café"]
+    root = tmp_path / "project"
+    for d, name in (("data/processed", "lbl.jsonl"), ("data/graph/augmented", "anchors.jsonl"),
+                    ("data/maclr_pairs", "pairs.jsonl")):
+        (root / d).mkdir(parents=True)
+        (root / d / name).write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(texts)))
+    info = pack(tmp_path / "carry", wheels=False, data_root=root, preset=0)
+    assert info["embedding_rows_kept"] < info["vocab_size"]
+    model = unpack(tmp_path / "carry", tmp_path / "work")
+    assert (tmp_path / "work" / "data" / "maclr_pairs" / "pairs.jsonl").read_text() == \
+        (root / "data" / "maclr_pairs" / "pairs.jsonl").read_text()
+    a = SentenceTransformer(default_model_dir(), device="cpu").encode(texts, normalize_embeddings=True)
+    b = SentenceTransformer(str(model), device="cpu")
+    cos = (a * b.encode(texts, normalize_embeddings=True)).sum(1)
+    assert cos.min() > 0.9999, cos
+    # a word piece none of the texts holds is rebuilt as a zero row; one they hold is not
+    emb = b[0].auto_model.get_input_embeddings().weight.detach().numpy()
+    tok = b.tokenizer
+    assert np.all(emb[tok.convert_tokens_to_ids("zebra")] == 0)
+    assert np.any(emb[tok.convert_tokens_to_ids("financial")] != 0)
+
+
+def test_the_training_record_is_written_without_dvclive(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dvclive", None)   # import dvclive -> ImportError, as on the GPU image
+    log = TrainingLog(tmp_path / "rec", sync_every_s=0.0)
+    log.start()
+    log.log(0, {"loss": 2.0})
+    log.log(1, {"loss": 1.5})
+    log.log_validation(1, {"P@1": 0.25, "P@5": 0.1}, epoch=0)
+    log.close()
+    summary = json.loads((tmp_path / "rec" / "metrics.json").read_text())
+    assert summary["loss"] == 1.5 and summary["val"]["P@1"] == 0.25 and summary["step"] == 1
+    rows = (tmp_path / "rec" / "plots" / "metrics" / "loss.tsv").read_text().splitlines()
+    assert rows == ["step\tloss", "0\t2.0", "1\t1.5"]
+    assert (tmp_path / "rec" / "plots" / "metrics" / "val" / "P@1.tsv").read_text().splitlines()[1] == "1\t0.25"
+
+
+def test_a_method_that_fails_or_overruns_is_reported_and_the_child_is_stopped(tmp_path, monkeypatch):
+    from bench.gpu_profiles import _child
+
+    (tmp_path / "data").mkdir()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((ROOT / "params.yaml").read_text())
+    log = (tmp_path / "log.txt").open("w")
+    slow = _child("dexml", 1, str(tmp_path / "no-model"), False, 1.0, log)
+    assert not slow["ok"] and slow["why"] == "timeout after 1 s" and slow["seconds"] < 10
+    failed = _child("dexml", 1, str(tmp_path / "no-model"), False, 300.0, log)
+    log.close()
+    assert not failed["ok"] and "lbl.jsonl: missing" in failed["why"], failed   # its last line, not a crash here
