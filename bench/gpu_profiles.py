@@ -124,38 +124,29 @@ PROFILES: dict[str, tuple[str, int, Callable[[int], dict[str, Any]], list[str]]]
 }
 
 
-def _merge(node: dict[str, Any], key: str, value: Any) -> None:
-    *parents, last = key.split(".")
-    for k in parents:
-        node = node.setdefault(k, {})
-    if isinstance(value, dict) and isinstance(node.get(last), dict):
-        node[last] = {**node[last], **value}
-    else:
-        node[last] = value
+def _at(key: str, value: Any) -> dict[str, Any]:
+    """``a.b.c``, v -> {a: {b: {c: v}}}"""
+    for k in reversed(key.split(".")):
+        value = {k: value}
+    return value
 
 
 def profile_params(params: dict[str, Any], method: str, epochs: int, model_dir: str | None,
                    max_steps: int = 0) -> dict[str, Any]:
     """params with ``method``'s GPU profile for ``epochs`` epochs; the encoder read from ``model_dir``;
     ``max_steps`` > 0 caps every epoch (a quick check of the plumbing on a CPU, not a profile)."""
-    import copy
+    from xmc.config.schema import deep_merge, validate_params
 
-    out = copy.deepcopy(params)
+    out = params
     for key, value in PROFILES[method][2](epochs).items():
-        if key.endswith(".encoder"):   # the encoder section is replaced whole (the bag-of-words keys go)
-            *parents, last = key.split(".")
-            node = out
-            for k in parents:
-                node = node.setdefault(k, {})
-            node[last] = {**value, "model_dir": model_dir}
-            continue
-        if key.endswith("encoder.model_dir"):
+        if key.endswith(".encoder"):   # replaced whole: the bag-of-words keys go
+            out = deep_merge(out, _at(key, None))
+            value = {**value, "model_dir": model_dir}
+        elif key.endswith("encoder.model_dir"):
             value = model_dir
         if max_steps and key.endswith(".train"):
             value = {**value, "max_steps_per_epoch": max_steps}
-        _merge(out, key, value)
-    from xmc.config.schema import validate_params
-
+        out = deep_merge(out, _at(key, value))   # a copy: the caller's params stay as they were
     return validate_params(out)   # a profile key the schema does not know fails here, not on the GPU machine
 
 
