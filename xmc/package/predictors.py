@@ -125,9 +125,9 @@ def _label_vector_file(out: Path, n: int, dim: int, options: dict[str, Any]) -> 
 def on_inference_device(module: Any) -> Any:
     """The encoder (or model) on the GPU when one is visible (``CUDA_VISIBLE_DEVICES=""`` keeps it on the CPU):
     label and query encoding is most of a dense predictor's time."""
-    import torch
+    from xmc.train.trainer import resolve_device
 
-    return module.to("cuda") if torch.cuda.is_available() else module
+    return module.to(resolve_device("auto"))   # the trainer's device policy
 
 
 class DensePredictor(Predictor):
