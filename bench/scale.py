@@ -35,6 +35,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
 BOW = {"kind": "bow", "dim": 256, "n_buckets": 262144, "ngram_max": 2, "tied": True, "dropout": 0.0, "seed": 0}
+VALIDATION_DOCUMENTS = 1300
 METHODS = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "dexml_bow", "ramen", "unidec", "astra"]
 
 
@@ -69,6 +70,10 @@ def scale_params(epochs: int, auto_exact_max: int | None = None) -> dict[str, An
         "maclr.runs": {}, "maclr.fewshot.runs": {}, "packages": ["astra"], "registry.promote": [],
         "report.paired": [], "report.paired_ablations": [], "report.seeds": {}, "seed_runs": [], "ablations": [],
         "selection.choices": {},
+        # the validation split (10 % of the training documents) predicted and evaluated in full up to ~10^4
+        # queries: 1,300 documents keep all of it at 10^4 and 10^5 (125 and 1,255 documents) and about 10^4 of
+        # its 10^5 instances at 10^6, where every validation query costs a scan of 10^6 label vectors
+        "data.subsample.val": VALIDATION_DOCUMENTS,
         **({"index.auto_exact_max": auto_exact_max} if auto_exact_max is not None else {}),
     }
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from xmc.config import load_params, run_entry_point
-from xmc.data import load_dataset_dir, save_processed, split_validation, subsample
+from xmc.data import load_dataset_dir, save_processed, split_validation, subsample, subsample_validation
 from xmc.data.dataset import label_side_files
 from xmc.logs import kv
 
@@ -25,6 +25,7 @@ def main() -> None:
     else:
         ds.val = None
         ds = split_validation(ds, vcfg["fraction"], vcfg["seed"])
+    ds = subsample_validation(ds, sub["val"], sub["unit"])
     side = label_side_files(p["dataset_dir"])
     meta = save_processed(ds, p["processed_dir"], side)
     if side:

@@ -15,7 +15,7 @@ import pytest
 import scipy.sparse as sp
 
 from xmc.data import (Split, XMCDataset, detect_layout, load_dataset_dir, load_processed, save_processed,
-                      split_validation, subsample)
+                      split_validation, subsample, subsample_validation)
 from xmc.data.formats import read_filter_pairs, read_json_lines, read_sparse_labels, read_text_lines
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, atomic_file
@@ -623,3 +623,20 @@ def test_real_semcor_dataset_counts():
     assert (len(ds.trn), len(ds.tst), ds.n_labels) == (15790, 2097, 25819)
     assert ds.trn.Y.shape == (15790, 25819) and ds.tst.Y.shape == (2097, 25819)
     assert ds.trn.groups is not None and len(ds.trn.groups) == 15790
+
+
+def test_subsample_validation_caps_only_the_validation_split():
+    ds = split_validation(_grouped_dataset(), 0.5, seed=0)   # two of the three training documents move to val
+    assert len({g for g in ds.val.groups}) == 2
+    first_doc = ds.val.groups[0]
+    s = subsample_validation(ds, 1, "documents")
+    assert set(s.val.groups) == {first_doc} and s.val.uids == [u for u, g in zip(ds.val.uids, ds.val.groups)
+                                                               if g == first_doc]
+    kept = [i for i, g in enumerate(ds.val.groups) if g == first_doc]
+    assert dense(s.val.Y) == dense(ds.val.Y[kept])
+    # the training and test splits are the very same objects: a capped validation split changes nothing else
+    assert s.trn is ds.trn and s.tst is ds.tst
+    assert s.meta["validation"]["instances"] == len(s.val) < s.meta["validation"]["instances_before_subsample"]
+    assert s.meta["validation"]["subsample"] == {"first": 1, "unit": "documents"}
+    assert subsample_validation(ds, 0) is ds and subsample_validation(ds, 99).val.uids == ds.val.uids
+    assert subsample_validation(ds, 1, "instances").val.uids == ds.val.uids[:1]

@@ -58,6 +58,7 @@ class ValidationSplit(Section):
 class Subsample(Section):
     trn: NonNegInt = 0
     tst: NonNegInt = 0
+    val: NonNegInt = 0
     unit: Literal["documents", "instances"] = "documents"
     labels: Literal["all", "used"] = "all"
 

@@ -2,7 +2,7 @@
 
 from xmc.data.dataset import SPLIT_FILES, SPLITS, Split, XMCDataset, load_processed, save_processed, split_validation
 from xmc.data.formats import detect_layout, load_dataset_dir
-from xmc.data.subsample import subsample
+from xmc.data.subsample import subsample, subsample_validation
 
 __all__ = [
     "SPLITS",
@@ -15,4 +15,5 @@ __all__ = [
     "load_processed",
     "save_processed",
     "subsample",
+    "subsample_validation",
 ]

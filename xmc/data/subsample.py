@@ -28,6 +28,20 @@ def _take(split: Split, n: int, unit: str) -> tuple[Split, np.ndarray]:
     ), keep
 
 
+def subsample_validation(ds: XMCDataset, n_val: int, unit: str = "documents") -> XMCDataset:
+    """The first ``n_val`` documents (or instances) of the validation split, the other splits unchanged; 0 keeps
+    all. Applied after the split is carved (or read), so the training split is the same with or without the cap:
+    at 10^6 instances a 10 % validation split is 10^5 queries to predict against every label, where a sample of
+    10^4 bounds each interval to about a point."""
+    if ds.val is None or n_val <= 0:
+        return ds
+    val, _ = _take(ds.val, n_val, unit)
+    meta = dict(ds.meta)
+    meta["validation"] = {**meta.get("validation", {}), "subsample": {"first": n_val, "unit": unit},
+                          "instances": len(val), "instances_before_subsample": len(ds.val)}
+    return XMCDataset(ds.label_uids, ds.label_texts, ds.trn, ds.tst, ds.tst_filter, meta, val=val)
+
+
 def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "documents",
               labels: str = "all") -> XMCDataset:
     """The first ``n_trn``/``n_tst`` documents (or instances) of each split; 0 keeps all.
