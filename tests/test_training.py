@@ -651,3 +651,32 @@ def test_an_ivf_index_slower_than_brute_force_tries_the_pq_scan_before_exact_sea
             assert cal["search_seconds_per_1000"] >= cal["exact_seconds_per_1000"]
     else:
         assert idx.kind == "ivf" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]
+
+
+def test_the_fallback_compares_the_fastest_of_several_timings_so_one_slowed_run_does_not_decide(monkeypatch):
+    import time as _time
+
+    import xmc.ann.index as ann
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((20000, 32)).astype(np.float32)
+    q = rng.standard_normal((300, 32)).astype(np.float32)
+    calls = []
+    real = ann.exact_top_ids
+
+    def first_call_slowed(*args, **kwargs):   # another process on the cores during the first brute-force timing
+        calls.append(1)
+        if len(calls) == 1:
+            _time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ann, "exact_top_ids", first_call_slowed)
+    cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300,
+                   pq_fallback=False).build(x, q).calibration
+    assert cal["timing_rounds"] == ann.TIMING_ROUNDS and len(calls) == ann.TIMING_ROUNDS
+    assert cal.get("before", cal)["exact_seconds_per_1000"] < 1000 * 0.5 / 300   # the slowed timing was not the one used
+    # without a fallback the timing decides nothing and is taken once
+    calls.clear()
+    cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300,
+                   exact_fallback=False).build(x, q).calibration
+    assert cal["timing_rounds"] == 1 and len(calls) == 1

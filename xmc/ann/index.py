@@ -51,6 +51,9 @@ log = logging.getLogger(__name__)
 
 # kinds with a search width that calibrate() sets to the recall target
 CALIBRATED_KINDS = ("ivf", "hnsw", "pq")
+# the calibrated width and brute force are each timed this many times (alternating) before one falls back to the
+# other: the fastest of each is compared
+TIMING_ROUNDS = 3
 
 
 def exact_top_ids(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
@@ -286,12 +289,24 @@ class ANNIndex:
         setattr(self, knob, width)
         self._apply_search_params()
         approx_s = tried[width][1]
+        rounds = 1
+        if self.exact_fallback:
+            # the fallback compares two wall-clock times, so another process on the cores during one of them can
+            # flip it: time both again, alternating, and compare the fastest of each (noise only adds time)
+            for _ in range(TIMING_ROUNDS - 1):
+                t = time.perf_counter()
+                self.search(q, k)
+                approx_s = min(approx_s, time.perf_counter() - t)
+                t = time.perf_counter()
+                exact_top_ids(q, vectors, k)
+                exact_s = min(exact_s, time.perf_counter() - t)
+            rounds = TIMING_ROUNDS
         self.calibration = {
             "kind": self.kind, "recall_target": self.recall_target, "at_k": k, "queries": m, "knob": knob, "value": width,
             "recall": round(recall, 4), "reached": bool(recall >= self.recall_target),
             "equalized_norms": self.norm_max is not None,
             "search_seconds_per_1000": round(1000 * approx_s / m, 3),
-            "exact_seconds_per_1000": round(1000 * exact_s / m, 3),
+            "exact_seconds_per_1000": round(1000 * exact_s / m, 3), "timing_rounds": rounds,
             "tried": {str(w): round(r, 4) for w, (r, _) in sorted(tried.items())}}
         log.info("%s index: %s %d gives recall@%d %.3f against exact on %d queries (target %.2f) in %.2f s per 1000 "
                  "queries, exact search %.2f s%s", self.kind, knob, width, k, recall, m, self.recall_target,
