@@ -45,8 +45,10 @@ def scale_params(epochs: int, auto_exact_max: int | None = None) -> dict[str, An
     train = {"epochs": epochs, "eval_every_epochs": 0, "max_steps_per_epoch": 0, "checkpoint_every_steps": 0}
     return {
         "methods": METHODS, "reported": METHODS, "validated": METHODS,
-        "predictions": {"dexml_bow": "val tst", "ramen": "val tst", "astra": "val tst"},
-        "unidec_predictions": {"unidec": "val tst"},
+        # UniDEC's main space only: its DE-only and classifier-only spaces (two more indexes over L vectors and
+        # two more searches of every query) are selection candidates, which this profile does not run
+        "predictions": {"dexml_bow": "val tst", "ramen": "val tst", "astra": "val tst", "unidec": "val tst"},
+        "unidec_predictions": {},
         # mining indexes: exact up to index.auto_exact_max labels, IVF above (exact search is O(N·L) per refresh);
         # one refresh per epoch (the transformer DEXML's extra refresh every 60 steps would be 65 at 10^6)
         "runs": {"dexml_bow": {"encoder": BOW, "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
@@ -343,6 +345,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--restage", default="",
                     help="comma-separated stages to rerun with the current code in the kept workspace of each size "
                          "(made with --keep), replacing their rows in --out")
+    ap.add_argument("--drop-stages", default="",
+                    help="with --restage: comma-separated stages the path no longer has (renamed or removed); their "
+                         "rows are removed from --out before the rerun")
     ap.add_argument("--collect", action="store_true",
                     help="run nothing: write --out from the rows recorded in the kept workspaces (work/rows_<n>.jsonl)")
     ap.add_argument("--merge", action="store_true",
@@ -364,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                               "profile": {"methods": METHODS, "epochs": a.epochs, "encoder": BOW}, "runs": []}
     if a.restage:
         return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot,
-                       a.auto_exact_max)
+                       a.auto_exact_max, drop=[s for s in a.drop_stages.split(",") if s])
     for n in sizes:
         print(f"size {n:,}", flush=True)
         run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","), resume=a.resume,
@@ -392,9 +397,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_timeout: float, out: Path,
-            plot_path: str | None, auto_exact_max: int | None = None) -> dict[str, Any]:
+            plot_path: str | None, auto_exact_max: int | None = None, drop: list[str] = ()) -> dict[str, Any]:
     """Rerun ``stages`` with the current code in each size's kept workspace; their rows in ``out`` are replaced
-    (marked with the commit that ran them) and the growth recomputed."""
+    (marked with the commit that ran them) and the growth recomputed. ``drop``: stages the path no longer has,
+    whose rows are removed first."""
     result = json.loads(out.read_text())
     for n in sizes:
         repo, data = work / f"repo_{n}", work / f"data_{n}"
@@ -402,6 +408,7 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
             raise SystemExit(f"{repo}: no kept workspace (run this size with --keep first)")
         make_workspace(repo, data, scale_params(epochs, auto_exact_max), refresh=True)
         run = next(r for r in result["runs"] if r["n"] == n)
+        run["stages"] = [r for r in run["stages"] if r["stage"] not in drop]
         for stage in stages:
             row = run_stage(repo, stage, stage_timeout, force=True)
             row["commit"] = code_version()

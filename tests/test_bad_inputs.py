@@ -281,6 +281,8 @@ PARAMS_CASES = {
                       ["dual_encoder.loss.temperature", "duplicate key"]),
     "invalid_yaml": ("tfidf:\n  ngram_max: 2", "tfidf:\n  ngram_max: [2", ["params.yaml:", "not valid YAML"]),
     "prediction_split_typo": ("  dexml: val tst\n", "  dexml: val test\n", ["predictions", "'val tst'"]),
+    "unidec_run_under_both_prediction_lists": ("  dexml: val tst\n", "  dexml: val tst\n  unidec: val tst\n",
+                                               ["unidec_predictions.unidec", "also under predictions"]),
     "paired_unknown_run": ("    - [astra, unidec]", "    - [astra, unidek]", ["report.paired", "did you mean 'unidec'"]),
     "seed_run_unknown": ("    astra: [astra_seed1, astra_seed2]", "    astra: [astra_seed1, astra_sed2]",
                          ["report.seeds.astra", "did you mean 'astra_seed2'"]),

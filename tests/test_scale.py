@@ -18,7 +18,9 @@ def test_scale_benchmark_path_runs_at_a_small_size(tmp_path):
     assert run["completed"], [s for s in run["stages"] if not s["ok"]]
     ran = {s["stage"] for s in run["stages"]}
     assert {"ingest", "validate", "tfidf", "graph", "train@dexml_bow", "train_ramen@ramen", "train_unidec@unidec",
-            "train_astra@astra", "package@astra", "report"} <= ran, ran
+            "train_astra@astra", "package@astra", "report", "predict@unidec"} <= ran, ran
+    # UniDEC listed under `predictions`: its main space only, no stage for its DE-only and classifier-only spaces
+    assert "predict_unidec@unidec" not in ran and not {"unidec_de_only", "unidec_clf_only"} & set(run["indexes"])
     assert all(s["seconds"] > 0 and s["peak_rss_mib"] > 10 for s in run["stages"])
     # each stage's own peak, not the resident size of the process that launched it (a forked child starts there)
     peaks = {s["stage"]: s["peak_rss_mib"] for s in run["stages"]}

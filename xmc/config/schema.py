@@ -943,6 +943,10 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         check(("predictions", run), run, True)
     for run in p["unidec_predictions"]:
         check(("unidec_predictions", run), run, True, unidec, "not a run under unidec.runs")
+        if run in p["predictions"]:   # two stages would write indexes/<run> and predictions/<run>
+            out.append((("unidec_predictions", run), f"{run!r} is also under predictions: list a UniDEC run under "
+                                                     "one of them (unidec_predictions: every space; predictions: "
+                                                     "its main space only)"))
     for i, name in enumerate(p["methods"]):
         check(("methods", i), name, True)
     for name in p["packages"]:

@@ -223,10 +223,11 @@ def predictor_options(params: dict[str, Any], ds: Any, variant: dict[str, Any]) 
 
 
 def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root: str | Path = ".",
-                chunk: int = 8192) -> dict[str, dict[str, Any]]:
+                chunk: int = 8192, all_variants: bool = True) -> dict[str, dict[str, Any]]:
     """Build the run's predictor(s) into ``indexes/<variant>/`` and write ``predictions/<variant>/<split>_topk.npz``
     (+ ``timing.json``) for each split, through the same :class:`~xmc.package.predictors.Predictor` that the
-    model package loads: what the pipeline evaluates is what ``xmc predict`` serves."""
+    model package loads: what the pipeline evaluates is what ``xmc predict`` serves. ``all_variants=False``: only
+    the prediction named as the run (UniDEC: its main space, without the DE-only and classifier-only ones)."""
     import numpy as np
 
     from xmc.data import load_processed
@@ -242,7 +243,10 @@ def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root
     source = root / method.predictor_source(run, params)
     cls = predictor_class(method.predictor_kind, source)
     timings = {}
-    for variant, options in method.prediction_variants(run).items():
+    variants = method.prediction_variants(run)
+    if not all_variants:
+        variants = {run.name: variants[run.name]}
+    for variant, options in variants.items():
         t0 = time.perf_counter()
         with atomic_dir(root / "indexes" / variant) as tmp:
             section = cls.build(source, tmp, ds.label_texts, predictor_options(params, ds, options))
