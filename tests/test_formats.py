@@ -638,5 +638,6 @@ def test_subsample_validation_caps_only_the_validation_split():
     assert s.trn is ds.trn and s.tst is ds.tst
     assert s.meta["validation"]["instances"] == len(s.val) < s.meta["validation"]["instances_before_subsample"]
     assert s.meta["validation"]["subsample"] == {"first": 1, "unit": "documents"}
+    assert s.meta["validation"]["groups"] == 1 and s.meta["validation"]["groups_before_subsample"] == 2
     assert subsample_validation(ds, 0) is ds and subsample_validation(ds, 99).val.uids == ds.val.uids
     assert subsample_validation(ds, 1, "instances").val.uids == ds.val.uids[:1]

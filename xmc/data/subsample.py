@@ -37,8 +37,12 @@ def subsample_validation(ds: XMCDataset, n_val: int, unit: str = "documents") ->
         return ds
     val, _ = _take(ds.val, n_val, unit)
     meta = dict(ds.meta)
-    meta["validation"] = {**meta.get("validation", {}), "subsample": {"first": n_val, "unit": unit},
+    before = meta.get("validation", {})
+    meta["validation"] = {**before, "subsample": {"first": n_val, "unit": unit},
                           "instances": len(val), "instances_before_subsample": len(ds.val)}
+    if "groups" in before and val.groups is not None:
+        meta["validation"].update(groups=len({g for g in val.groups if g is not None}),
+                                  groups_before_subsample=before["groups"])
     return XMCDataset(ds.label_uids, ds.label_texts, ds.trn, ds.tst, ds.tst_filter, meta, val=val)
 
 
