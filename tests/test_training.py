@@ -653,7 +653,7 @@ def test_an_ivf_index_slower_than_brute_force_tries_the_pq_scan_before_exact_sea
         assert idx.kind == "ivf" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]
 
 
-def test_the_fallback_compares_the_fastest_of_several_timings_so_one_slowed_run_does_not_decide(monkeypatch):
+def test_a_close_call_between_the_index_and_brute_force_is_timed_again_so_one_slowed_run_does_not_decide(monkeypatch):
     import time as _time
 
     import xmc.ann.index as ann
@@ -662,21 +662,34 @@ def test_the_fallback_compares_the_fastest_of_several_timings_so_one_slowed_run_
     x = rng.standard_normal((20000, 32)).astype(np.float32)
     q = rng.standard_normal((300, 32)).astype(np.float32)
     calls = []
-    real = ann.exact_top_ids
+    real_exact, real_search = ann.exact_top_ids, ANNIndex.search
 
-    def first_call_slowed(*args, **kwargs):   # another process on the cores during the first brute-force timing
+    def exact(*args, **kwargs):   # another process on the cores during the first brute-force timing
         calls.append(1)
         if len(calls) == 1:
-            _time.sleep(0.5)
-        return real(*args, **kwargs)
+            _time.sleep(0.15)
+        return real_exact(*args, **kwargs)
 
-    monkeypatch.setattr(ann, "exact_top_ids", first_call_slowed)
-    cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300,
-                   pq_fallback=False).build(x, q).calibration
+    def slow_search(self, *args, **kwargs):   # the index at its width: well behind brute force, but ahead of the slowed one
+        _time.sleep(0.1)
+        return real_search(self, *args, **kwargs)
+
+    monkeypatch.setattr(ann, "exact_top_ids", exact)
+    monkeypatch.setattr(ANNIndex, "search", slow_search)
+    idx = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.9, calibration_sample=300, pq_fallback=False).build(x, q)
+    cal = idx.calibration
+    # timed once, the IVF index (0.1 s) beat the slowed brute force (0.15 s); timed three times, brute force wins
     assert cal["timing_rounds"] == ann.TIMING_ROUNDS and len(calls) == ann.TIMING_ROUNDS
-    assert cal.get("before", cal)["exact_seconds_per_1000"] < 1000 * 0.5 / 300   # the slowed timing was not the one used
+    assert cal["fallback"] == "exact" and idx.kind == "exact"
+    assert cal["exact_seconds_per_1000"] < 1000 * 0.1 / 300 <= cal["search_seconds_per_1000"]
+    # a margin of 2x or more is not timed again
+    calls.clear()
+    monkeypatch.setattr(ANNIndex, "search", real_search)
+    cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.9, calibration_sample=300,
+                   pq_fallback=False).build(x, q).calibration
+    assert cal["timing_rounds"] == 1 and len(calls) == 1
     # without a fallback the timing decides nothing and is taken once
     calls.clear()
-    cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.99, calibration_sample=300,
+    cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.9, calibration_sample=300,
                    exact_fallback=False).build(x, q).calibration
     assert cal["timing_rounds"] == 1 and len(calls) == 1

@@ -51,8 +51,8 @@ log = logging.getLogger(__name__)
 
 # kinds with a search width that calibrate() sets to the recall target
 CALIBRATED_KINDS = ("ivf", "hnsw", "pq")
-# the calibrated width and brute force are each timed this many times (alternating) before one falls back to the
-# other: the fastest of each is compared
+# where the calibrated width and brute force are within 2x of each other, each is timed this many times
+# (alternating) before one falls back to the other: the fastest of each is compared
 TIMING_ROUNDS = 3
 
 
@@ -290,9 +290,11 @@ class ANNIndex:
         self._apply_search_params()
         approx_s = tried[width][1]
         rounds = 1
-        if self.exact_fallback:
+        if self.exact_fallback and 0.5 < approx_s / max(exact_s, 1e-9) < 2.0:
             # the fallback compares two wall-clock times, so another process on the cores during one of them can
-            # flip it: time both again, alternating, and compare the fastest of each (noise only adds time)
+            # flip a close call: time both again, alternating, and compare the fastest of each (noise only adds
+            # time). A margin of 2x either way is not a close call (and an exhaustive IVF width timed twice more
+            # would cost minutes at 10^6)
             for _ in range(TIMING_ROUNDS - 1):
                 t = time.perf_counter()
                 self.search(q, k)
