@@ -7,7 +7,9 @@ For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one c
   commit's params;
 * ``new``: the current library and params;
 * ``new_shared_uniform`` (ASTRA): the selection candidate ``astra_shared_uniform`` (one uniform draw of 2,000 labels
-  per batch, a validation tie on P@5: docs/selection.md).
+  per batch, a validation tie on P@5: docs/selection.md);
+* ``new_ivf_mining``: the selection candidates ``astra_ivf_mining_kmeans3`` / ``dexml_bow_ivf_mining_kmeans3`` (hard
+  negatives from an IVF index whose centroids get 3 k-means iterations, rebuilt at each refresh).
 
 Each variant trains ``--epochs`` full epochs from the same initialisation; the figure is sentences per second of
 the training loop (ANN refreshes included, checkpoint writes excluded, as the trainer reports an epoch), plus the
@@ -17,8 +19,9 @@ Roofline: per step, the bytes the step must move at least (embedding rows gather
 optimiser's read-modify-write of the touched rows and their two moments) and the FLOPs it must do (bag sums,
 candidate scores, their backward), counted from the real batches of the run; the machine's peaks are measured
 in the same process (a large in-memory copy for bandwidth, a matrix product for FLOP/s). The roofline time of an
-epoch is sum over steps of max(bytes / bandwidth, FLOPs / peak); measured / roofline says how far a step is from
-what the hardware allows.
+epoch is sum over steps of max(bytes / bandwidth, FLOPs / peak), plus, for each hard-negative refresh the run did,
+the exact search of every training query against every label (2 N L d FLOPs at the matrix-product peak; encoding
+the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
 
     python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
                                        [--out bench/bow_training_speed.json]
@@ -137,7 +140,21 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     loop = sum(e["seconds"] for e in epochs_h)
     n = sum(e["steps"] for e in epochs_h) * trainer.cfg.batch_size
     n = min(n, len(ds.trn) * len(epochs_h))
-    roof = per_step * trainer.steps_per_epoch * len(epochs_h)
+    steps_roof = per_step * trainer.steps_per_epoch * len(epochs_h)
+    # the hard-negative refreshes are in the loop's time too: each encodes every training query and label and
+    # searches them, exactly (the mining index at this size: 2 N L d' FLOPs) or by IVF, at the matrix-product peak
+    refreshes = len(getattr(sampler, "refreshed_at", [])) + len(getattr(sampler, "refreshed_at_steps", []))
+    dim = parts.model.encoder.dim + (1 if method == "astra" else 0)   # ASTRA mines with classifiers and biases
+    N, L = len(ds.trn), len(ds.label_texts)
+    neg = cfg.get("negatives", {})
+    if neg.get("index_kind") == "ivf":   # k-means, adding (assignment), the coarse search and nprobe lists scanned
+        nlist, nprobe = max(1, int(4 * np.sqrt(L))), 32
+        refresh_flops = 2.0 * dim * ((neg.get("kmeans_iters") or 10) * L * nlist + L * nlist + N * nlist
+                                     + N * min(nprobe, nlist) / nlist * L)
+    else:
+        refresh_flops = 2.0 * N * L * dim
+    refresh_roof = refreshes * refresh_flops / (peaks["matmul_GFLOPs"] * 1e9)
+    roof = steps_roof + refresh_roof
     per_epoch = min(trainer.steps_per_epoch * trainer.cfg.batch_size, len(ds.trn))
     return {"epochs": len(epochs_h), "loop_seconds": round(loop, 2), "wall_seconds": round(wall, 2),
             "sentences_per_s": round(n / loop, 1),
@@ -145,14 +162,19 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
             "epoch_sentences_per_s": [round(per_epoch / e["seconds"], 1) for e in epochs_h],
             "final_loss": result["history"]["loss"][-1]["loss"],
             "step_bytes_MB": round(float(np.mean(bytes_)) / 1e6, 1), "step_GFLOP": round(float(np.mean(flops)) / 1e9, 2),
-            "roofline_seconds": round(float(roof), 2), "measured_over_roofline": round(float(loop / roof), 1)}
+            "refreshes": refreshes, "refresh_TFLOP": round(refresh_flops / 1e12, 3),
+            "roofline_steps_seconds": round(float(steps_roof), 2), "roofline_refresh_seconds": round(float(refresh_roof), 2),
+            "roofline_seconds": round(float(roof), 2), "measured_over_roofline": round(float(loop / roof), 1),
+            "refresh_seconds": [round(float(x), 2) for x in getattr(sampler, "refresh_seconds", [])]}
 
 
+IVF_MINING = {"negatives": {"index_kind": "ivf", "kmeans_iters": 3}}   # selection candidates *_ivf_mining_kmeans3
 VARIANTS = {
     "astra": {"new": {},
               # the selection candidate astra_shared_uniform (a validation tie on P@5 with the per-query draw)
-              "new_shared_uniform": {"negatives": {"uniform_shared": True, "uniform_negatives": 2000}}},
-    "dexml_bow": {"new": {}},
+              "new_shared_uniform": {"negatives": {"uniform_shared": True, "uniform_negatives": 2000}},
+              "new_ivf_mining": IVF_MINING},
+    "dexml_bow": {"new": {}, "new_ivf_mining": IVF_MINING},
 }
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
 ROOT = Path(__file__).resolve().parents[1]

@@ -58,6 +58,36 @@ def test_unsampled_true_labels_in_the_pool_are_masked_or_positive_never_negative
     assert every.positives.numpy().tolist() == [[Y[i, l] > 0 for l in every.label_ids] for i in q]
 
 
+def test_pool_targets_equal_their_dense_definition_on_random_batches():
+    """The vectorised pool (binary search of the queries' labels in the pool, columns of the sampled positives
+    from np.unique's inverse) against the definition on dense rows: truth = Y[q, pool] > 0, chosen = sampled."""
+    from xmc.negatives import pool_batch, positives_mask
+
+    rng = np.random.default_rng(7)
+    Y = sp.random(60, 500, density=0.02, format="csr", random_state=3, dtype=np.float32)
+    Y.data[:] = 1.0
+    Y[5, 7] = 0.0                      # an explicit zero is not a true label
+    dense = Y.toarray()
+    for trial in range(20):
+        q = rng.choice(60, 16, replace=False)
+        sampled = [rng.permutation(Y.indices[Y.indptr[i]:Y.indptr[i + 1]])[: rng.integers(0, 3)] for i in q]
+        extra = [rng.integers(0, 500, rng.integers(0, 5)) for _ in range(int(rng.integers(0, 8)))]
+        for mode in ("mask", "positive"):
+            b = pool_batch(Y, q, sampled, extra, mode)
+            pool = np.unique(np.concatenate(sampled + extra)) if sampled or extra else np.zeros(0, int)
+            truth = dense[q][:, pool] > 0
+            assert b.label_ids.tolist() == pool.tolist()
+            if mode == "positive":
+                assert b.positives.numpy().tolist() == truth.tolist() and b.valid is None
+                continue
+            chosen = np.array([[l in set(s.tolist()) for l in pool] for s in sampled]).reshape(len(q), len(pool))
+            assert b.positives.numpy().tolist() == chosen.tolist()
+            assert b.valid.numpy().tolist() == (~(truth & ~chosen)).tolist()
+        unsorted = rng.permutation(500)[:40]
+        assert positives_mask(Y, q, unsorted).numpy().tolist() == (dense[q][:, unsorted] > 0).tolist()
+        assert positives_mask(Y, q, None).numpy().tolist() == (dense[q] > 0).tolist()
+
+
 def test_shortlist_removes_positives_and_orders_by_score():
     Y = sp.csr_matrix(np.array([[1, 0, 0, 0, 0], [0, 0, 0, 0, 1]], np.float32))
     labels = np.eye(5, dtype=np.float32)
@@ -549,6 +579,38 @@ def test_an_ivf_index_calibrates_nprobe_to_the_fewest_lists_that_reach_the_recal
     # without queries, or with no target, the fixed nprobe stays
     assert ANNIndex(kind="ivf", use_gpu=False, nprobe=2).build(x).index.nprobe == 2
     assert ANNIndex(kind="ivf", use_gpu=False, nprobe=2, recall_target=0.9).build(x).calibration is None
+
+
+def test_a_mining_index_takes_its_kmeans_iterations_from_the_negatives_settings():
+    """``kmeans_iters`` reaches faiss' clustering of the IVF centroids (through the DEXML and ASTRA samplers' settings),
+    is recorded in the index config, and a fewer-iteration index still finds most of the exact neighbours."""
+    import faiss
+
+    from xmc.config.schema import AstraNegatives, NegativesConfig, filled
+    from xmc.errors import ConfigError
+    from xmc.methods.astra import build_astra_sampler
+    from xmc.negatives import build_sampler
+
+    rng = np.random.default_rng(0)
+    centers = rng.normal(size=(40, 32)).astype(np.float32)
+    x = centers[rng.integers(0, 40, 4000)] + 0.3 * rng.normal(size=(4000, 32)).astype(np.float32)
+    idx = ANNIndex(kind="ivf", use_gpu=False, nlist=40, nprobe=4, kmeans_iters=3).build(x)
+    assert faiss.extract_index_ivf(idx.index).cp.niter == 3 and idx.config()["kmeans_iters"] == 3
+    assert faiss.extract_index_ivf(ANNIndex(kind="ivf", use_gpu=False, nlist=40).build(x).index).cp.niter == 10
+    _, got = idx.search(x[:200], 10)
+    _, exact = ANNIndex(kind="exact", use_gpu=False).build(x).search(x[:200], 10)
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, exact)]) > 0.8
+    with pytest.raises(ConfigError):
+        ANNIndex(kind="ivf", kmeans_iters=0)
+
+    Y = sp.csr_matrix(np.eye(20, dtype=np.float32))
+    assert build_sampler(Y, {"index_kind": "ivf", "kmeans_iters": 3}).index_kw == {"kmeans_iters": 3}
+    assert build_sampler(Y, {"index_kind": "ivf"}).index_kw == {}
+    assert "kmeans_iters" not in filled(NegativesConfig, {}, "negatives")   # unset: the dumps stay as they were
+    with pytest.raises(ConfigError):
+        filled(NegativesConfig, {"kmeans_iters": 0}, "negatives")
+    astra = build_astra_sampler(Y, 8, filled(AstraNegatives, {"index_kind": "ivf", "kmeans_iters": 3}), None)
+    assert astra.index_kw == {"kmeans_iters": 3}
 
 
 def test_an_index_over_vectors_of_unequal_norm_equalizes_them_without_changing_any_inner_product(tmp_path):

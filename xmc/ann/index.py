@@ -99,7 +99,7 @@ class ANNIndex:
                  auto_exact_max: int = 200_000, storage: str = "float32", recall_target: float | None = None,
                  calibration_sample: int = 1000, calibration: dict[str, Any] | None = None,
                  exact_fallback: bool = True, equalize_norms: bool = False, norm_max: float | None = None,
-                 pq_fallback: bool = True, k_factor: int = 4, pad: int = 0) -> None:
+                 pq_fallback: bool = True, k_factor: int = 4, pad: int = 0, kmeans_iters: int | None = None) -> None:
         if kind not in ("exact", "hnsw", "ivf", "pq", "auto"):
             raise ConfigError(f"unknown index kind {kind!r} (expected exact, hnsw, ivf, pq or auto)")
         if storage not in ("float32", "float16", "auto"):
@@ -123,6 +123,11 @@ class ANNIndex:
         # pq: candidates re-ranked exactly = k_factor x k; pad: zero columns that make d a multiple of 4 (two
         # dimensions per 4-bit code, an even number of codes); a zero column changes no inner product
         self.pq_fallback, self.k_factor, self.pad = bool(pq_fallback), int(k_factor), int(pad)
+        # IVF: k-means iterations of the coarse centroids (None: faiss' 10). A training-time mining index is built
+        # anew at every refresh, and at 10^4-10^5 vectors its k-means costs as much as the search it saves
+        if kmeans_iters is not None and int(kmeans_iters) < 1:
+            raise ConfigError(f"index kmeans_iters must be >= 1 (got {kmeans_iters})")
+        self.kmeans_iters = None if kmeans_iters is None else int(kmeans_iters)
         self.index: Any = None
         self.on_gpu = False
 
@@ -144,7 +149,8 @@ class ANNIndex:
                 "auto_exact_max": self.auto_exact_max, "storage": self.storage, "recall_target": self.recall_target,
                 "calibration_sample": self.calibration_sample, "calibration": self.calibration,
                 "exact_fallback": self.exact_fallback, "equalize_norms": self.equalize_norms, "norm_max": self.norm_max,
-                "pq_fallback": self.pq_fallback, "k_factor": self.k_factor, "pad": self.pad}
+                "pq_fallback": self.pq_fallback, "k_factor": self.k_factor, "pad": self.pad,
+                "kmeans_iters": self.kmeans_iters}
 
     def kind_for(self, n: int) -> str:
         """The kind this index is built as over ``n`` vectors (``auto``: exact up to ``auto_exact_max``, IVF above)."""
@@ -202,6 +208,8 @@ class ANNIndex:
             self._quantizer = faiss.IndexFlatIP(d)   # kept alive: the IVF index refers to it
             index = (faiss.IndexIVFScalarQuantizer(self._quantizer, d, nlist, faiss.ScalarQuantizer.QT_fp16, metric)
                      if fp16 else faiss.IndexIVFFlat(self._quantizer, d, nlist, metric))
+            if self.kmeans_iters is not None:
+                index.cp.niter = self.kmeans_iters
         if want_gpu and self.kind in ("exact", "ivf") and gpu_available():
             self._res = faiss.StandardGpuResources()
             index = faiss.index_cpu_to_gpu(self._res, 0, index)

@@ -214,6 +214,7 @@ class LossConfig(Section):
 
 
 class NegativesConfig(Section):
+    OPTIONAL = frozenset({"kmeans_iters"})
     kind: Literal["in_batch", "hard", "all"] = "hard"
     shortlist_size: Annotated[int, Field(gt=0, le=100_000)] = 100
     negatives_per_query: NonNegInt = 1
@@ -226,6 +227,7 @@ class NegativesConfig(Section):
     refresh_every_steps: NonNegInt = 0   # also refresh every this many steps (0 = only per epoch)
     start_epoch: NonNegInt = 0
     index_kind: IndexKind = "auto"
+    kmeans_iters: PosInt | None = None   # an IVF mining index's k-means iterations (None: faiss' 10)
     # also this many negatives per query from the labels whose names occur in it (xmc.lexical under the
     # label_names settings; positives removed; fixed for the run): the confusable senses a name match proposes
     name_match_per_query: NonNegInt = 0
@@ -432,7 +434,7 @@ class AstraModel(Section):
 
 
 class AstraNegatives(Section):
-    OPTIONAL = frozenset({"encode_batch_size", "hnsw_m", "ef_search", "nprobe"})
+    OPTIONAL = frozenset({"encode_batch_size", "hnsw_m", "ef_search", "nprobe", "kmeans_iters"})
     max_positives_per_query: NonNegInt = 0
     hard_negatives: NonNegInt = 50
     uniform_negatives: NonNegInt = 400
@@ -446,6 +448,7 @@ class AstraNegatives(Section):
     hnsw_m: Annotated[int, Field(ge=4, le=512)] | None = None
     ef_search: PosInt | None = None
     nprobe: PosInt | None = None
+    kmeans_iters: PosInt | None = None   # an IVF mining index's k-means iterations (None: faiss' 10)
 
     @model_validator(mode="after")
     def _some(self) -> AstraNegatives:

@@ -29,7 +29,7 @@ class InBatchNegatives(NegativeSampler):
 
 
 def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndarray, size: int,
-                   index_kind: str = "exact") -> np.ndarray:
+                   index_kind: str = "exact", **index_kw: Any) -> np.ndarray:
     """Top-``size`` labels per query by inner product, positives removed; -1 pads (int32, N x size).
 
     The search reaches ``size`` plus a typical row's positives (:func:`search_without_positives`), not plus the
@@ -39,7 +39,7 @@ def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndar
     from xmc.train.distributed import initialised_context
 
     Y = Y.tocsr()
-    index = ANNIndex(kind=index_kind).build(label_vecs)
+    index = ANNIndex(kind=index_kind, **index_kw).build(label_vecs)
     ctx = initialised_context()
     if ctx is None:
         return search_without_positives(index, Y, query_vecs, size)
@@ -116,7 +116,7 @@ class HardNegativeShortlist(InBatchNegatives):
     def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, shortlist_size: int = 100,
                  negatives_per_query: int = 1, refresh_every_epochs: int = 1, start_epoch: int = 0,
                  index_kind: str = "exact", encode_batch_size: int = 256, unsampled_positives: str = "mask",
-                 refresh_every_steps: int = 0, **positive_sampling: Any) -> None:
+                 refresh_every_steps: int = 0, kmeans_iters: int | None = None, **positive_sampling: Any) -> None:
         super().__init__(Y, max_positives_per_query, unsampled_positives, **positive_sampling)
         if refresh_every_epochs < 1:
             raise ConfigError("refresh_every_epochs must be >= 1")
@@ -128,6 +128,7 @@ class HardNegativeShortlist(InBatchNegatives):
         self.epoch = 0
         self.refreshed_at_steps: list[int] = []
         self.index_kind, self.encode_batch_size = index_kind, encode_batch_size
+        self.index_kw = {} if kmeans_iters is None else {"kmeans_iters": kmeans_iters}
         self.shortlist: np.ndarray | None = None
         self.refreshed_at: list[int] = []
         self.refresh_seconds: list[float] = []
@@ -159,7 +160,8 @@ class HardNegativeShortlist(InBatchNegatives):
         self.refresh_seconds.append(time.perf_counter() - t0)
 
     def refresh_from_vectors(self, query_vecs: np.ndarray, label_vecs: np.ndarray) -> None:
-        self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind)
+        self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind,
+                                        **self.index_kw)
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
         sampled = self.sample_positives(query_idx, rng)
@@ -240,5 +242,5 @@ def _build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> NegativeSampler:
             Y, maxp, shortlist_size=cfg["shortlist_size"], negatives_per_query=cfg["negatives_per_query"],
             refresh_every_epochs=cfg["refresh_every_epochs"], start_epoch=cfg["start_epoch"],
             index_kind=cfg["index_kind"], unsampled_positives=unsampled,
-            refresh_every_steps=cfg["refresh_every_steps"], **ps)
+            refresh_every_steps=cfg["refresh_every_steps"], kmeans_iters=cfg.get("kmeans_iters"), **ps)
     return AllLabels(Y, maxp, unsampled, **ps)   # kind "all" (the schema refuses any other)
