@@ -103,6 +103,7 @@ def test_sampler_builder_fills_from_the_schema(monkeypatch):
                               "index_kind", "unsampled_positives", "positive_sampling", "propensity_a", "propensity_b")}
     assert got.kwargs == want
     assert build_sampler(Y, {"shortlist_size": 5}).kwargs == {**want, "shortlist_size": 5}
+    assert build_sampler(Y, {"kmeans_iters": 3}).kwargs == {**want, "kmeans_iters": 3}   # passed only when set
     real = build_sampler(Y, {"kind": "in_batch"})   # the other kinds are built for real
     assert real.max_positives_per_query == d["max_positives_per_query"]
     assert real.unsampled_positives == d["unsampled_positives"]

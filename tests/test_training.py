@@ -705,7 +705,10 @@ def test_an_ivf_index_slower_than_brute_force_tries_the_pq_scan_before_exact_sea
     if cal.get("built_as") == "ivf":   # IVF lost to brute force: the PQ scan was calibrated on the same queries
         before = cal["before"]
         assert before["kind"] == "ivf" and before["search_seconds_per_1000"] >= before["exact_seconds_per_1000"]
-        assert cal["kind"] == "pq" and cal["exact_seconds_per_1000"] == before["exact_seconds_per_1000"]
+        # the PQ calibration reuses that brute-force timing; a close call times it again (the fastest is kept)
+        assert cal["kind"] == "pq" and (cal["exact_seconds_per_1000"] == before["exact_seconds_per_1000"]
+                                        if cal["timing_rounds"] == 1 else
+                                        cal["exact_seconds_per_1000"] <= before["exact_seconds_per_1000"])
         if cal["fallback"] == "pq":
             assert idx.kind == "pq" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]
         else:
@@ -729,21 +732,22 @@ def test_a_close_call_between_the_index_and_brute_force_is_timed_again_so_one_sl
     def exact(*args, **kwargs):   # another process on the cores during the first brute-force timing
         calls.append(1)
         if len(calls) == 1:
-            _time.sleep(0.15)
+            _time.sleep(0.8)
         return real_exact(*args, **kwargs)
 
     def slow_search(self, *args, **kwargs):   # the index at its width: well behind brute force, but ahead of the slowed one
-        _time.sleep(0.1)
+        _time.sleep(0.5)
         return real_search(self, *args, **kwargs)
 
     monkeypatch.setattr(ann, "exact_top_ids", exact)
     monkeypatch.setattr(ANNIndex, "search", slow_search)
     idx = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.9, calibration_sample=300, pq_fallback=False).build(x, q)
     cal = idx.calibration
-    # timed once, the IVF index (0.1 s) beat the slowed brute force (0.15 s); timed three times, brute force wins
+    # timed once, the IVF index (0.5 s) beat the slowed brute force (0.8 s); timed three times, brute force wins (the
+    # sleeps dwarf the real search times, so a loaded machine does not change the outcome)
     assert cal["timing_rounds"] == ann.TIMING_ROUNDS and len(calls) == ann.TIMING_ROUNDS
     assert cal["fallback"] == "exact" and idx.kind == "exact"
-    assert cal["exact_seconds_per_1000"] < 1000 * 0.1 / 300 <= cal["search_seconds_per_1000"]
+    assert cal["exact_seconds_per_1000"] < 1000 * 0.5 / 300 <= cal["search_seconds_per_1000"]
     # a margin of 2x or more is not timed again
     calls.clear()
     monkeypatch.setattr(ANNIndex, "search", real_search)

@@ -242,5 +242,6 @@ def _build_sampler(Y: sp.csr_matrix, cfg: dict[str, Any]) -> NegativeSampler:
             Y, maxp, shortlist_size=cfg["shortlist_size"], negatives_per_query=cfg["negatives_per_query"],
             refresh_every_epochs=cfg["refresh_every_epochs"], start_epoch=cfg["start_epoch"],
             index_kind=cfg["index_kind"], unsampled_positives=unsampled,
-            refresh_every_steps=cfg["refresh_every_steps"], kmeans_iters=cfg.get("kmeans_iters"), **ps)
+            refresh_every_steps=cfg["refresh_every_steps"],
+            **({"kmeans_iters": cfg["kmeans_iters"]} if cfg.get("kmeans_iters") is not None else {}), **ps)
     return AllLabels(Y, maxp, unsampled, **ps)   # kind "all" (the schema refuses any other)
