@@ -20,8 +20,8 @@ optimiser's read-modify-write of the touched rows and their two moments) and the
 candidate scores, their backward), counted from the real batches of the run; the machine's peaks are measured
 in the same process (a large in-memory copy for bandwidth, a matrix product for FLOP/s). The roofline time of an
 epoch is sum over steps of max(bytes / bandwidth, FLOPs / peak), plus, for each hard-negative refresh the run did,
-the exact search of every training query against every label (2 N L d FLOPs at the matrix-product peak; encoding
-the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
+the search of every training query against every label at the matrix-product peak (exact: 2 N L d FLOPs; IVF
+mining: its k-means, assignment, coarse search and scanned lists; encoding the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
 
     python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
                                        [--out bench/bow_training_speed.json]
@@ -148,8 +148,11 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     N, L = len(ds.trn), len(ds.label_texts)
     neg = cfg.get("negatives", {})
     if neg.get("index_kind") == "ivf":   # k-means, adding (assignment), the coarse search and nprobe lists scanned
-        nlist, nprobe = max(1, int(4 * np.sqrt(L))), 32
-        refresh_flops = 2.0 * dim * ((neg.get("kmeans_iters") or 10) * L * nlist + L * nlist + N * nlist
+        from xmc.ann import ANNIndex   # only the current library has IVF mining (the reference never gets here)
+
+        mining = ANNIndex(kind="ivf")
+        nlist, nprobe = mining.nlist_for(L), mining.nprobe
+        refresh_flops = 2.0 * dim * ((neg.get("kmeans_iters") or 10) * L * nlist + L * nlist + N * nlist   # faiss: 10
                                      + N * min(nprobe, nlist) / nlist * L)
     else:
         refresh_flops = 2.0 * N * L * dim

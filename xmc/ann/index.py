@@ -152,6 +152,10 @@ class ANNIndex:
                 "pq_fallback": self.pq_fallback, "k_factor": self.k_factor, "pad": self.pad,
                 "kmeans_iters": self.kmeans_iters}
 
+    def nlist_for(self, n: int) -> int:
+        """The IVF lists of a build over ``n`` vectors: ``nlist`` when set, else 4·sqrt(n)."""
+        return int(self.nlist or max(1, int(4 * np.sqrt(n))))
+
     def kind_for(self, n: int) -> str:
         """The kind this index is built as over ``n`` vectors (``auto``: exact up to ``auto_exact_max``, IVF above)."""
         if self.kind != "auto":
@@ -204,7 +208,7 @@ class ANNIndex:
                      else faiss.IndexHNSWFlat(d, self.hnsw_m, metric))
             index.hnsw.efConstruction = self.ef_construction
         else:
-            nlist = self._nlist = self.nlist or max(1, int(4 * np.sqrt(n)))
+            nlist = self._nlist = self.nlist_for(n)
             self._quantizer = faiss.IndexFlatIP(d)   # kept alive: the IVF index refers to it
             index = (faiss.IndexIVFScalarQuantizer(self._quantizer, d, nlist, faiss.ScalarQuantizer.QT_fp16, metric)
                      if fp16 else faiss.IndexIVFFlat(self._quantizer, d, nlist, metric))
