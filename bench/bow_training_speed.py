@@ -20,7 +20,8 @@ optimiser's read-modify-write of the touched rows and their two moments) and the
 candidate scores, their backward), counted from the real batches of the run; the machine's peaks are measured
 in the same process (a large in-memory copy for bandwidth, a matrix product for FLOP/s). The roofline time of an
 epoch is sum over steps of max(bytes / bandwidth, FLOPs / peak), plus, for each hard-negative refresh the run did,
-the search of every training query against every label at the matrix-product peak (exact: 2 N L d FLOPs; IVF
+the search of the training queries it mined (all, or those the steps until the next refresh draw) against every
+label at the matrix-product peak (exact: 2 N L d FLOPs; IVF
 mining: its k-means, assignment, coarse search and scanned lists; encoding the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
 
     python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
@@ -141,22 +142,28 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     n = sum(e["steps"] for e in epochs_h) * trainer.cfg.batch_size
     n = min(n, len(ds.trn) * len(epochs_h))
     steps_roof = per_step * trainer.steps_per_epoch * len(epochs_h)
-    # the hard-negative refreshes are in the loop's time too: each encodes every training query and label and
-    # searches them, exactly (the mining index at this size: 2 N L d' FLOPs) or by IVF, at the matrix-product peak
+    # the hard-negative refreshes are in the loop's time too: each encodes the training queries it mines (all of
+    # them, or those the steps until the next refresh draw) and every label, and searches them, exactly (the mining
+    # index at this size: 2 N L d' FLOPs) or by IVF, at the matrix-product peak
     refreshes = len(getattr(sampler, "refreshed_at", [])) + len(getattr(sampler, "refreshed_at_steps", []))
     dim = parts.model.encoder.dim + (1 if method == "astra" else 0)   # ASTRA mines with classifiers and biases
-    N, L = len(ds.trn), len(ds.label_texts)
+    L = len(ds.label_texts)
+    mined = list(getattr(sampler, "mined_rows", [])) or [len(ds.trn)] * refreshes
     neg = cfg.get("negatives", {})
-    if neg.get("index_kind") == "ivf":   # k-means, adding (assignment), the coarse search and nprobe lists scanned
-        from xmc.ann import ANNIndex   # only the current library has IVF mining (the reference never gets here)
 
-        mining = ANNIndex(kind="ivf")
-        nlist, nprobe = mining.nlist_for(L), mining.nprobe
-        refresh_flops = 2.0 * dim * ((neg.get("kmeans_iters") or 10) * L * nlist + L * nlist + N * nlist   # faiss: 10
-                                     + N * min(nprobe, nlist) / nlist * L)
-    else:
-        refresh_flops = 2.0 * N * L * dim
-    refresh_roof = refreshes * refresh_flops / (peaks["matmul_GFLOPs"] * 1e9)
+    def search_flops(N: int) -> float:
+        if neg.get("index_kind") == "ivf":   # k-means, adding (assignment), the coarse search and nprobe lists scanned
+            from xmc.ann import ANNIndex   # only the current library has IVF mining (the reference never gets here)
+
+            mining = ANNIndex(kind="ivf")
+            nlist, nprobe = mining.nlist_for(L), mining.nprobe
+            return 2.0 * dim * ((neg.get("kmeans_iters") or 10) * L * nlist + L * nlist + N * nlist   # faiss: 10
+                                + N * min(nprobe, nlist) / nlist * L)
+        return 2.0 * N * L * dim
+
+    refresh_flops_all = sum(search_flops(N) for N in mined)
+    refresh_flops = refresh_flops_all / max(1, len(mined))
+    refresh_roof = refresh_flops_all / (peaks["matmul_GFLOPs"] * 1e9)
     roof = steps_roof + refresh_roof
     per_epoch = min(trainer.steps_per_epoch * trainer.cfg.batch_size, len(ds.trn))
     return {"epochs": len(epochs_h), "loop_seconds": round(loop, 2), "wall_seconds": round(wall, 2),
@@ -165,7 +172,7 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
             "epoch_sentences_per_s": [round(per_epoch / e["seconds"], 1) for e in epochs_h],
             "final_loss": result["history"]["loss"][-1]["loss"],
             "step_bytes_MB": round(float(np.mean(bytes_)) / 1e6, 1), "step_GFLOP": round(float(np.mean(flops)) / 1e9, 2),
-            "refreshes": refreshes, "refresh_TFLOP": round(refresh_flops / 1e12, 3),
+            "refreshes": refreshes, "mined_queries": mined, "refresh_TFLOP": round(refresh_flops / 1e12, 3),
             "roofline_steps_seconds": round(float(steps_roof), 2), "roofline_refresh_seconds": round(float(refresh_roof), 2),
             "roofline_seconds": round(float(roof), 2), "measured_over_roofline": round(float(loop / roof), 1),
             "refresh_seconds": [round(float(x), 2) for x in getattr(sampler, "refresh_seconds", [])]}
@@ -240,8 +247,12 @@ def main() -> None:
         return
     peaks = machine_peaks()
     print("machine peaks:", peaks, flush=True)
+    from xmc.machine import describe_machine
+
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                                       "python": platform.python_version(), "torch": torch.__version__, **peaks},
+                                       "python": platform.python_version(), "torch": torch.__version__,
+                                       **{k: v for k, v in describe_machine(measure=False).items()
+                                          if k in ("cpu", "vector_isa")}, **peaks},
                            "reference_commit": a.reference, "epochs": a.epochs, "runs": {}}
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
     new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)

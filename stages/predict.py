@@ -22,6 +22,9 @@ def main() -> None:
     from xmc.methods.base import predict_run
 
     params = load_params()
+    from xmc.encoders.cache import configure_from_params
+
+    configure_from_params(params)   # large encodings are reused across stages (params.yaml: encode_cache)
     # the stage's declared outputs: predict_unidec@<run> every space, predict@<run> the run's own
     predict_run(params, name, splits, all_variants=name in params["unidec_predictions"])
 

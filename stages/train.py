@@ -22,6 +22,9 @@ def main() -> None:
     from xmc.methods.runs import find_run
 
     params = load_params()
+    from xmc.encoders.cache import configure_from_params
+
+    configure_from_params(params)   # large encodings are reused across stages (params.yaml: encode_cache)
     ranks = ranks_of(find_run(params, sys.argv[1]))
     if ranks > 1 and "WORLD_SIZE" not in os.environ:
         # data parallel: this process becomes torchrun, which starts one process per rank running this stage

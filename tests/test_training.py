@@ -123,7 +123,7 @@ def test_shortlist_refresh_every_steps_mines_with_the_encoder_being_trained(tmp_
     s = HardNegativeShortlist(Y, shortlist_size=5, negatives_per_query=2, refresh_every_steps=2)
     seen: list[np.ndarray] = []
     mine = s.refresh_from_vectors
-    s.refresh_from_vectors = lambda q, l: (seen.append(l.copy()), mine(q, l))[-1]
+    s.refresh_from_vectors = lambda q, l, rows=None: (seen.append(l.copy()), mine(q, l, rows))[-1]
     tr = Trainer(model, s, DecoupledSoftmaxLoss(0.1), TrainConfig(epochs=1, batch_size=8, lr=0.05, warmup_ratio=0.0),
                  texts, tmp_path / "w")
     tr.fit()   # 40 queries / 8 = 5 steps: refreshes at the epoch start (step 0), then before steps 2 and 4
@@ -136,6 +136,71 @@ def test_shortlist_refresh_every_steps_mines_with_the_encoder_being_trained(tmp_
     off = HardNegativeShortlist(Y, shortlist_size=5)   # the default: per epoch only
     off.on_step_start(2, model, texts)
     assert off.shortlist is None and off.refreshed_at_steps == []
+
+
+class _MinesEveryQuery(HardNegativeShortlist):
+    """The reference: every refresh mines every query, whatever the plan."""
+
+    def rows_to_mine(self, epoch, step):
+        return None
+
+
+@pytest.mark.parametrize("settings", [
+    dict(epochs=1, max_steps_per_epoch=0, refresh_every_steps=2),    # windows of 2 steps in one epoch
+    dict(epochs=1, max_steps_per_epoch=3, refresh_every_steps=0),    # a capped epoch (the CPU profile)
+    dict(epochs=3, max_steps_per_epoch=0, refresh_every_steps=0),    # a refresh per epoch
+])
+def test_refresh_mines_only_the_queries_the_next_steps_draw(tmp_path, settings):
+    """With the trainer's plan a refresh encodes and mines only the queries of the steps before the next refresh,
+    and training is the same as when every query is mined: same batches, same losses."""
+    texts, labels, Y = toy(n_q=48)
+    Y = Y.tolil()
+    Y[5] = 0   # a query without labels is never drawn, so never mined
+    Y = Y.tocsr()
+    runs = {}
+    for name, cls in (("window", HardNegativeShortlist), ("all", _MinesEveryQuery)):
+        torch.manual_seed(0)
+        model = DualEncoderModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1024), labels)
+        s = cls(Y, shortlist_size=5, negatives_per_query=2, refresh_every_steps=settings["refresh_every_steps"])
+        drawn: list[np.ndarray] = []
+        make = s.make_batch
+
+        def checked(q, rng, s=s, make=make, drawn=drawn):
+            assert (s.shortlist[q] >= 0).any(1).all(), "a drawn query was not mined"
+            drawn.append(np.asarray(q))
+            return make(q, rng)
+
+        s.make_batch = checked
+        cfg = TrainConfig(epochs=settings["epochs"], batch_size=8, lr=0.05, warmup_ratio=0.0,
+                          max_steps_per_epoch=settings["max_steps_per_epoch"])
+        tr = Trainer(model, s, DecoupledSoftmaxLoss(0.1), cfg, texts, tmp_path / name)
+        hist = tr.fit()["history"]
+        runs[name] = (s, [h["loss"] for h in hist["loss"]], drawn)
+    (win, win_loss, drawn), (full, full_loss, _) = runs["window"], runs["all"]
+    assert win_loss == full_loss
+    assert full.mined_rows == [len(texts)] * len(full.mined_rows)
+    n_refresh = len(win.refreshed_at) + len(win.refreshed_at_steps)
+    assert len(win.mined_rows) == n_refresh == len(full.mined_rows)
+    if settings["refresh_every_steps"]:    # 47 queries with labels: 6 steps of 8 (the last 7); windows of 2 steps
+        assert win.mined_rows == [16, 16, 15]
+    elif settings["max_steps_per_epoch"]:
+        assert win.mined_rows == [24] and sum(len(q) for q in drawn) == 24
+    else:
+        assert win.mined_rows == [47, 47, 47]   # every epoch draws every query that has labels
+
+
+def test_a_shortlist_that_outlives_its_epoch_mines_every_query(tmp_path):
+    """Refreshing every 2nd epoch: the epoch-0 shortlist also serves epoch 1, whose batches are not drawn yet."""
+    texts, labels, Y = toy()
+    model = DualEncoderModel(HashedBagOfWordsEncoder(dim=16, n_buckets=1024), labels)
+    s = HardNegativeShortlist(Y, shortlist_size=5, negatives_per_query=2, refresh_every_epochs=2)
+    Trainer(model, s, DecoupledSoftmaxLoss(0.1), TrainConfig(epochs=3, batch_size=8, lr=0.05, warmup_ratio=0.0),
+            texts, tmp_path / "w").fit()
+    assert s.refreshed_at == [0, 2] and s.mined_rows == [40, 40]   # epoch 2 is the last: its own queries (all 40)
+    s2 = HardNegativeShortlist(Y, shortlist_size=5, negatives_per_query=2, refresh_every_epochs=2)
+    Trainer(model, s2, DecoupledSoftmaxLoss(0.1), TrainConfig(epochs=3, batch_size=8, lr=0.05, warmup_ratio=0.0,
+            max_steps_per_epoch=2), texts, tmp_path / "w2").fit()
+    assert s2.mined_rows == [40, 16]   # epoch 0's shortlist serves epoch 1 too; epoch 2 (the last) draws 2 x 8
 
 
 @pytest.mark.parametrize("loss_name", ["decoupled_softmax", "softtopk"])

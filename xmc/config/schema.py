@@ -688,6 +688,12 @@ class ServeConfig(Section):
     batch_size: Annotated[int, Field(ge=1, le=65_536)] = 256
 
 
+class EncodeCacheConfig(Section):
+    dir: str | None = None           # None: off (xmc.encoders.cache)
+    min_texts: int = Field(2000, ge=1)
+    max_entries: int = Field(8, ge=1)
+
+
 class ParamsConfig(Section):
     data: DataConfig
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
@@ -701,6 +707,7 @@ class ParamsConfig(Section):
     st_mnrl: StMnrlConfig = StMnrlConfig()
     pretrained: dict[str, PretrainedConfig] = {}
     index: IndexConfig = IndexConfig()
+    encode_cache: EncodeCacheConfig = EncodeCacheConfig()
     xr_linear: XrLinearConfig = XrLinearConfig()
     label_names: LabelNamesConfig = LabelNamesConfig()
     hybrid: HybridConfig = HybridConfig()

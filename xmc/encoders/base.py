@@ -6,8 +6,8 @@ An encoder maps texts to L2-normalised d-dimensional vectors. ``side`` is ``"que
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,8 @@ from tqdm import tqdm
 
 from xmc.config.schema import EncoderConfig, filled
 from xmc.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 SIDES = ("query", "label")
 
@@ -62,6 +64,18 @@ class TextEncoder(nn.Module):
                out: np.ndarray | None = None) -> np.ndarray:
         """Embeddings as float32 numpy, in eval mode (no dropout), batched; written into ``out`` when given (any
         float dtype, e.g. a float16 memory-mapped file for 10^6 labels: no whole float32 copy is made)."""
+        from xmc.encoders import cache as encode_cache
+
+        from xmc.train.distributed import initialised_context
+
+        store, key = encode_cache.active(), None
+        # not under data parallelism: a rank that hits while another misses would skip the misser's gathers
+        if out is None and store is not None and len(texts) >= store.min_texts and initialised_context() is None:
+            key = encode_cache.encoding_key(self, list(texts), side)
+            hit = store.get(key) if key else None
+            if hit is not None and hit.shape == (len(texts), self.dim):
+                log.info("%s %s texts: %s", f"{len(texts):,}", side, f"from the encoding cache ({store.directory})")
+                return hit
         was_training = self.training
         self.eval()
         # batches of similar length waste little compute on padding; results are put back in order
@@ -75,6 +89,8 @@ class TextEncoder(nn.Module):
             idx = order[s : s + batch_size]
             out[idx] = self([texts[i] for i in idx], side).float().cpu().numpy()
         self.train(was_training)
+        if key:
+            store.put(key, out)
         return out
 
     def save(self, path: str | Path) -> None:  # pragma: no cover - abstract

@@ -148,6 +148,7 @@ class TrainerMethod(Method):
             "final_loss": hist["loss"][-1]["loss"] if hist["loss"] else None,
             "refresh_seconds": [round(s, 2) for s in getattr(parts.sampler, "refresh_seconds", [])],
             "refreshed_at_epochs": list(getattr(parts.sampler, "refreshed_at", [])),
+            "mined_queries": list(getattr(parts.sampler, "mined_rows", [])),   # per refresh: the queries it mined
             **extra,   # a method's own fields (and its own refresh record, where its sampler wraps another)
             "device": str(trainer.device),
             "last_validation": hist["val"][-1] if hist["val"] else None,
@@ -197,6 +198,9 @@ def train_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict
             summary = {"run": name, "method": run.method, **method.train(ctx, data)}
         finally:
             live.close()
+        from xmc.machine import describe_machine
+
+        summary["machine"] = describe_machine()   # train_seconds compare only on the same hardware (xmc.machine)
         (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
         if (tmp / "README.md").is_file():   # a sentence-transformers folder: its generic card gives way to ours
             from xmc.package.card import encoder_card

@@ -42,7 +42,7 @@ from xmc.losses import build_loss
 from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.models import DualEncoderModel
 from xmc.negatives import build_sampler
-from xmc.negatives.base import CandidateBatch, NegativeSampler
+from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
 from xmc.train import Objective
 
 log = logging.getLogger(__name__)
@@ -142,6 +142,10 @@ class GraphAnchorSampler(NegativeSampler):
     # -- delegation to the label sampler
     def query_batches(self, epoch: int, batch_size: int, seed: int) -> list[np.ndarray]:
         return self.base.query_batches(epoch, batch_size, seed)
+
+    def bind_plan(self, plan: StepPlan) -> None:
+        super().bind_plan(plan)
+        self.base.bind_plan(plan)
 
     def on_step_start(self, step: int, model: Any, query_texts: list[str]) -> None:
         self.base.on_step_start(step, model, query_texts)
@@ -330,7 +334,8 @@ class RAMENMethod(TrainerMethod):
         def after_fit(history: dict[str, Any]) -> dict[str, Any]:
             return {"graphs": graph_fp, "pruned_at_epochs": sampler.pruned_at, "prune_log": sampler.prune_log,
                     "refresh_seconds": [round(s, 2) for s in getattr(base, "refresh_seconds", [])],
-                    "refreshed_at_epochs": list(getattr(base, "refreshed_at", []))}
+                    "refreshed_at_epochs": list(getattr(base, "refreshed_at", [])),
+                    "mined_queries": list(getattr(base, "mined_rows", []))}
 
         return TrainingParts(model, sampler, objective,
                              fingerprint={k: cfg[k] for k in ("encoder", "loss", "negatives", "regulariser", "pruning")}

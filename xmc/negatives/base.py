@@ -10,6 +10,18 @@ import scipy.sparse as sp
 import torch
 
 
+@dataclass(frozen=True)
+class StepPlan:
+    """What the trainer will run: the batch size and seed its :meth:`NegativeSampler.query_batches` are drawn with,
+    the steps of an epoch (after any cap) and the epochs. A sampler that mines for future steps reads it to mine only
+    the queries those steps draw."""
+
+    batch_size: int
+    seed: int
+    steps_per_epoch: int
+    epochs: int
+
+
 @dataclass
 class CandidateBatch:
     """Queries of one step and the labels they are scored against.
@@ -124,6 +136,11 @@ class NegativeSampler:
         # name-match negatives (set by :func:`xmc.negatives.samplers.build_sampler`): a fixed per-query shortlist
         self.name_shortlist: np.ndarray | None = None
         self.name_per_query = 0
+        self.plan: StepPlan | None = None
+
+    def bind_plan(self, plan: StepPlan) -> None:
+        """Called by the trainer before the first epoch (see :class:`StepPlan`)."""
+        self.plan = plan
 
     def name_match_negatives(self, query_idx: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
         """Up to ``name_per_query`` labels per query drawn from its name-match shortlist (none when unset)."""

@@ -111,7 +111,12 @@ class HardNegativeShortlist(InBatchNegatives):
     labels under the current encoder (positives removed), refreshed every ``refresh_every_epochs``
     epochs from ``start_epoch`` on (ANCE-style; DEXML §1.4), and also every ``refresh_every_steps`` steps
     (0 = off) once ``start_epoch`` is reached: a short CPU run of one capped epoch then still mines with the
-    encoder being trained, not only the one it started from."""
+    encoder being trained, not only the one it started from.
+
+    Given the trainer's :class:`~xmc.negatives.base.StepPlan`, a refresh encodes and mines only the queries that the
+    steps before the next refresh draw (a capped epoch reads a fraction of the training set); rows it does not mine
+    stay -1 (no hard negative). Without a plan, or when the shortlist must serve a later epoch, every query is mined.
+    """
 
     def __init__(self, Y: sp.csr_matrix, max_positives_per_query: int = 0, shortlist_size: int = 100,
                  negatives_per_query: int = 1, refresh_every_epochs: int = 1, start_epoch: int = 0,
@@ -132,6 +137,7 @@ class HardNegativeShortlist(InBatchNegatives):
         self.shortlist: np.ndarray | None = None
         self.refreshed_at: list[int] = []
         self.refresh_seconds: list[float] = []
+        self.mined_rows: list[int] = []
 
     def due(self, epoch: int) -> bool:
         return epoch >= self.start_epoch and (epoch - self.start_epoch) % self.refresh_every_epochs == 0
@@ -140,28 +146,64 @@ class HardNegativeShortlist(InBatchNegatives):
         self.epoch = epoch
         if not self.due(epoch) or epoch in self.refreshed_at:
             return
-        self._refresh(model, query_texts)
+        first = epoch * self.plan.steps_per_epoch if self.plan is not None else None
+        self._refresh(model, query_texts, self.rows_to_mine(epoch, first) if first is not None else None)
         self.refreshed_at.append(epoch)
-        log.info("hard-negative shortlist refreshed at epoch %d in %.1f s", epoch, self.refresh_seconds[-1])
+        log.info("hard-negative shortlist refreshed at epoch %d in %.1f s (%s queries)", epoch,
+                 self.refresh_seconds[-1], f"{self.mined_rows[-1]:,}")
 
     def on_step_start(self, step: int, model: Any, query_texts: list[str]) -> None:
         every = self.refresh_every_steps
         if not every or step == 0 or step % every or self.epoch < self.start_epoch or step in self.refreshed_at_steps:
             return
-        self._refresh(model, query_texts)
+        if self.plan is not None and step % self.plan.steps_per_epoch == 0 and self.epoch in self.refreshed_at:
+            return   # this epoch's first step: on_epoch_start has just mined with the same encoder
+        self._refresh(model, query_texts, self.rows_to_mine(self.epoch, step))
         self.refreshed_at_steps.append(step)
-        log.info("hard-negative shortlist refreshed at step %d in %.1f s", step, self.refresh_seconds[-1])
+        log.info("hard-negative shortlist refreshed at step %d in %.1f s (%s queries)", step,
+                 self.refresh_seconds[-1], f"{self.mined_rows[-1]:,}")
 
-    def _refresh(self, model: Any, query_texts: list[str]) -> None:
+    def rows_to_mine(self, epoch: int, step: int) -> np.ndarray | None:
+        """The queries that the steps from global ``step`` (in ``epoch``) until the next refresh draw, as sorted ids;
+        None means every query: no plan, or this shortlist is still read after the epoch ends (later epochs'
+        batches are not drawn yet)."""
+        plan = self.plan
+        if plan is None:
+            return None
+        every = self.refresh_every_steps
+        first = epoch * plan.steps_per_epoch
+        end = first + plan.steps_per_epoch
+        stop = min(end, (step // every + 1) * every) if every else end
+        if stop == end:
+            nxt = epoch + 1
+            renewed = nxt >= plan.epochs or self.due(nxt) or bool(every and nxt >= self.start_epoch and end % every == 0)
+            if not renewed:
+                return None
+        batches = self.query_batches(epoch, plan.batch_size, plan.seed)[: plan.steps_per_epoch]
+        window = batches[step - first : stop - first]
+        return np.unique(np.concatenate(window)) if window else np.zeros(0, np.int64)
+
+    def _refresh(self, model: Any, query_texts: list[str], rows: np.ndarray | None = None) -> None:
         t0 = time.perf_counter()
         label_vecs = model.all_label_vectors(batch_size=self.encode_batch_size)
-        query_vecs = model.query_vectors_np(query_texts, batch_size=self.encode_batch_size)
-        self.refresh_from_vectors(query_vecs, label_vecs)
+        texts = query_texts if rows is None else [query_texts[i] for i in rows]
+        query_vecs = model.query_vectors_np(texts, batch_size=self.encode_batch_size)
+        self.refresh_from_vectors(query_vecs, label_vecs, rows)
         self.refresh_seconds.append(time.perf_counter() - t0)
 
-    def refresh_from_vectors(self, query_vecs: np.ndarray, label_vecs: np.ndarray) -> None:
-        self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind,
-                                        **self.index_kw)
+    def refresh_from_vectors(self, query_vecs: np.ndarray, label_vecs: np.ndarray,
+                             rows: np.ndarray | None = None) -> None:
+        """Mine the shortlist of every query (``rows`` None) or of the queries ``rows`` (``query_vecs`` in their
+        order); the other rows get -1 (no hard negative) and are not read before the next refresh."""
+        if rows is None:
+            self.shortlist = mine_shortlist(self.Y, query_vecs, label_vecs, self.shortlist_size, self.index_kind,
+                                            **self.index_kw)
+        else:
+            self.shortlist = np.full((self.Y.shape[0], self.shortlist_size), -1, np.int32)
+            if len(rows):
+                self.shortlist[rows] = mine_shortlist(self.Y[rows], query_vecs, label_vecs, self.shortlist_size,
+                                                      self.index_kind, **self.index_kw)
+        self.mined_rows.append(int(self.Y.shape[0] if rows is None else len(rows)))
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
         sampled = self.sample_positives(query_idx, rng)
@@ -175,13 +217,15 @@ class HardNegativeShortlist(InBatchNegatives):
 
     def state_dict(self) -> dict[str, Any]:
         return {"shortlist": self.shortlist, "refreshed_at": list(self.refreshed_at),
-                "refreshed_at_steps": list(self.refreshed_at_steps), "refresh_seconds": list(self.refresh_seconds)}
+                "refreshed_at_steps": list(self.refreshed_at_steps), "refresh_seconds": list(self.refresh_seconds),
+                "mined_rows": list(self.mined_rows)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.shortlist = state.get("shortlist")
         self.refreshed_at = list(state.get("refreshed_at", []))
         self.refreshed_at_steps = list(state.get("refreshed_at_steps", []))
         self.refresh_seconds = list(state.get("refresh_seconds", []))
+        self.mined_rows = list(state.get("mined_rows", []))
 
 
 class AllLabels(NegativeSampler):

@@ -29,7 +29,7 @@ from tqdm import tqdm
 from xmc.config.schema import TrainSection, filled
 from xmc.logs import kv
 from xmc.train.live import TrainingLog
-from xmc.negatives.base import CandidateBatch, NegativeSampler
+from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
 from xmc.train.checkpoint import clean_stale_temporaries, load_checkpoint, save_checkpoint
 from xmc.train.objective import Objective, RetrievalObjective
 
@@ -120,6 +120,7 @@ class Trainer:
         n_batches = len(self.sampler.query_batches(0, config.batch_size, config.seed))
         self.steps_per_epoch = min(n_batches, config.max_steps_per_epoch) if config.max_steps_per_epoch else n_batches
         self.total_steps = max(1, self.steps_per_epoch * config.epochs)
+        self.sampler.bind_plan(StepPlan(config.batch_size, config.seed, self.steps_per_epoch, config.epochs))
         warm = int(config.warmup_ratio * self.total_steps)
         if config.schedule not in ("linear", "cosine"):
             raise ValueError(f"schedule must be 'linear' or 'cosine', not {config.schedule!r}")
