@@ -824,3 +824,20 @@ def test_a_close_call_between_the_index_and_brute_force_is_timed_again_so_one_sl
     cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.9, calibration_sample=300,
                    exact_fallback=False).build(x, q).calibration
     assert cal["timing_rounds"] == 1 and len(calls) == 1
+
+
+def test_mining_index_stores_float16_only_for_an_approximate_index_above_the_exact_limit():
+    """bench/mining_index.py: at 10^6 labels float16 lists keep recall@100 and scan faster; below the limit (every
+    semcor run) mining stays exact float32, and an explicit storage wins."""
+    from xmc.negatives.samplers import mining_index
+
+    vecs = np.random.default_rng(0).standard_normal((600, 16)).astype(np.float32)
+    assert mining_index("ivf", auto_exact_max=100).build(vecs).storage == "float16"
+    assert mining_index("ivf", auto_exact_max=1000).build(vecs).storage == "float32"
+    assert mining_index("auto", auto_exact_max=1000).build(vecs).kind == "exact"
+    assert mining_index("ivf", auto_exact_max=100, storage="float32").build(vecs).storage == "float32"
+    texts, labels, Y = toy(n_q=40, n_l=600, seed=1)
+    q = np.random.default_rng(1).standard_normal((40, 16)).astype(np.float32)
+    exact = mine_shortlist(Y, q, vecs, 10)
+    approx = mine_shortlist(Y, q, vecs, 10, "ivf", auto_exact_max=100, nprobe=10**6)   # every list: exact up to fp16
+    assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(exact, approx)]) > 0.9

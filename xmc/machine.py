@@ -38,7 +38,7 @@ def vector_isa() -> str:
     return platform.machine()
 
 
-def matmul_gflops(seconds: float = 0.5, n: int = 1024) -> float:
+def matmul_gflops(seconds: float = 0.5, n: int = 2048) -> float:
     """float32 matrix-product rate of torch on this process's threads (best of repeated n x n products)."""
     import torch
 

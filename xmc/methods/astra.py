@@ -35,11 +35,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmc.ann import ANNIndex
 from xmc.encoders import TextEncoder, load_encoder
 from xmc.errors import ConfigError
 from xmc.io import load_tensors
 from xmc.negatives.base import CandidateBatch, NegativeSampler
+from xmc.negatives.samplers import mining_index
 from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.train.candidate_scores import candidate_scores
 from xmc.train.label_table import LabelTable, merge_topk
@@ -159,7 +159,7 @@ def search_label_vectors(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: n
     ``label_offset ...`` of the table: a rank's shard) for every query with a vector. The index is discarded."""
     Y = Y.tocsr()
     max_pos = int(np.diff(Y.indptr).max()) if Y.shape[0] else 0
-    index = ANNIndex(kind=index_kind, **index_kw).build(np.ascontiguousarray(label_vecs, dtype=np.float32))
+    index = mining_index(index_kind, **index_kw).build(np.ascontiguousarray(label_vecs, dtype=np.float32))
     rows = np.flatnonzero(np.isfinite(query_vecs[:, 0]))
     D, ids = index.search(np.ascontiguousarray(query_vecs[rows], dtype=np.float32), min(k_h + max_pos, Y.shape[1]))
     del index
@@ -326,7 +326,7 @@ class ASTRANegatives(NegativeSampler):
         :func:`~xmc.negatives.samplers.search_without_positives`), written into the shortlist file."""
         from xmc.negatives.samplers import search_without_positives
 
-        index = ANNIndex(kind=self.index_kind, **self.index_kw).build(lv)
+        index = mining_index(self.index_kind, **self.index_kw).build(lv)
         sl = self._shortlist_file(epoch)
         sl[:] = -1
         rows = np.flatnonzero(np.isfinite(qv[:, 0]))
