@@ -65,7 +65,6 @@ class TextEncoder(nn.Module):
         """Embeddings as float32 numpy, in eval mode (no dropout), batched; written into ``out`` when given (any
         float dtype, e.g. a float16 memory-mapped file for 10^6 labels: no whole float32 copy is made)."""
         from xmc.encoders import cache as encode_cache
-
         from xmc.train.distributed import initialised_context
 
         store, key = encode_cache.active(), None

@@ -155,8 +155,8 @@ class HardNegativeShortlist(InBatchNegatives):
         self.epoch = epoch
         if not self.due(epoch) or epoch in self.refreshed_at:
             return
-        first = epoch * self.plan.steps_per_epoch if self.plan is not None else None
-        self._refresh(model, query_texts, self.rows_to_mine(epoch, first) if first is not None else None)
+        first = epoch * self.plan.steps_per_epoch if self.plan is not None else 0
+        self._refresh(model, query_texts, self.rows_to_mine(epoch, first))
         self.refreshed_at.append(epoch)
         log.info("hard-negative shortlist refreshed at epoch %d in %.1f s (%s queries)", epoch,
                  self.refresh_seconds[-1], f"{self.mined_rows[-1]:,}")
