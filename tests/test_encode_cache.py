@@ -20,7 +20,7 @@ def enc():
 
 @pytest.fixture
 def on(tmp_path):
-    cache.configure(tmp_path / "c", min_texts=1, max_entries=3)
+    cache.configure(tmp_path / "c", min_texts=1)
     yield tmp_path / "c"
     cache.configure(None)
 
@@ -64,12 +64,15 @@ def test_weights_texts_side_and_length_are_in_the_key(enc):
 
 def test_off_by_default_below_min_texts_and_bounded(enc, tmp_path):
     assert cache.active() is None
-    cache.configure(tmp_path / "c", min_texts=4, max_entries=2)
+    one = 5 * enc.dim * 4 + 128   # an entry of 5 float32 vectors (npy header included)
+    cache.configure(tmp_path / "c", min_texts=4, max_mb=2.5 * one / 2**20)
     try:
         enc.encode(TEXTS[:3], "label")                  # fewer than min_texts: not stored
         assert not (tmp_path / "c").exists() or not list((tmp_path / "c").glob("*.npy"))
         for k in range(3):
             enc.encode(TEXTS[k:] + TEXTS[:k], "label")
-        assert len(list((tmp_path / "c").glob("*.npy"))) == 2   # the oldest entry went
+        kept = {p.stem for p in (tmp_path / "c").glob("*.npy")}
+        assert len(kept) == 2 and encoding_key(enc, TEXTS, "label") not in kept   # the least recently used went
+        assert encoding_key(enc, TEXTS[2:] + TEXTS[:2], "label") in kept
     finally:
         cache.configure(None)

@@ -691,7 +691,7 @@ class ServeConfig(Section):
 class EncodeCacheConfig(Section):
     dir: str | None = None           # None: off (xmc.encoders.cache)
     min_texts: int = Field(2000, ge=1)
-    max_entries: int = Field(8, ge=1)
+    max_mb: float = Field(1024.0, gt=0)
 
 
 class ParamsConfig(Section):

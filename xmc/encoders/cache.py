@@ -11,7 +11,8 @@ on whether the cache was warm, which is why it is not a DVC dependency.
 
 Off unless configured (``params.yaml: encode_cache``, applied by the train and predict stages, or
 :func:`configure`); entries are ``<sha256>.npy`` files written atomically, the least recently used removed past
-``max_entries``.
+``max_mb`` megabytes in all (a ``make run`` on semcor stores a few hundred MB: the entries of one run stay,
+whatever order DVC runs the stages in).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 class EncodeCache:
     directory: Path
     min_texts: int = 2000      # smaller encodings are cheaper than hashing the weights
-    max_entries: int = 8
+    max_mb: float = 1024.0
 
     def path(self, key: str) -> Path:
         return self.directory / f"{key}.npy"
@@ -58,23 +59,27 @@ class EncodeCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        entries = sorted(self.directory.glob("*.npy"), key=lambda p: p.stat().st_mtime)
-        for old in entries[: max(0, len(entries) - self.max_entries)]:
+        entries = sorted(self.directory.glob("*.npy"), key=lambda p: p.stat().st_mtime)   # oldest use first
+        total = sum(p.stat().st_size for p in entries)
+        for old in entries[:-1]:   # the entry just written stays
+            if total <= self.max_mb * 2**20:
+                break
+            total -= old.stat().st_size
             old.unlink(missing_ok=True)
 
 
 _CACHE: EncodeCache | None = None
 
 
-def configure(directory: str | Path | None, min_texts: int = 2000, max_entries: int = 8) -> None:
+def configure(directory: str | Path | None, min_texts: int = 2000, max_mb: float = 1024.0) -> None:
     """Turn the cache on in ``directory`` (None turns it off) for this process."""
     global _CACHE
-    _CACHE = None if directory is None else EncodeCache(Path(directory), int(min_texts), int(max_entries))
+    _CACHE = None if directory is None else EncodeCache(Path(directory), int(min_texts), float(max_mb))
 
 
 def configure_from_params(params: dict[str, Any]) -> None:
     cfg = params.get("encode_cache") or {}
-    configure(cfg.get("dir"), cfg.get("min_texts", 2000), cfg.get("max_entries", 8))
+    configure(cfg.get("dir"), cfg.get("min_texts", 2000), cfg.get("max_mb", 1024.0))
 
 
 def active() -> EncodeCache | None:
