@@ -19,16 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,15 +46,10 @@ class EncodeCache:
         return arr
 
     def put(self, key: str, arr: np.ndarray) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, arr)
-            os.replace(tmp, self.path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        from xmc.io import atomic_file
+
+        with atomic_file(self.path(key), "wb", encoding=None) as f:
+            np.save(f, arr)
         entries = sorted(self.directory.glob("*.npy"), key=lambda p: p.stat().st_mtime)   # oldest use first
         total = sum(p.stat().st_size for p in entries)
         for old in entries[:-1]:   # the entry just written stays
