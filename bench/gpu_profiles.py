@@ -3,8 +3,8 @@ run's training time, epochs and test/validation metrics: ``metrics/gpu/``, ``ben
 
 The profiles are the full-length ones of ``docs/methods/*.md`` (DEXML 20 epochs with hard negatives refreshed by
 the encoder being trained, MACLR's paper schedule, RAMEN / UniDEC / ASTRA on MiniLM). A lease of GPU time is
-short, so each method gets a wall-clock budget: a one-epoch probe run measures what an epoch costs (fixed costs
-included, so the estimate is high), and the run proper trains the most epochs that fit the budget, at most the
+short, so each method gets a wall-clock budget: a two-epoch probe run measures what an epoch costs (the second
+epoch carries the periodic work, refreshes and pruning, so the estimate is high), and the run proper trains the most epochs that fit the budget, at most the
 profile's; the epoch-dependent schedule (refresh / pruning / clustering periods) is scaled with it. Every row
 records the epochs run, the profile's epochs, seconds per epoch and the projection to the full length.
 
@@ -14,7 +14,9 @@ Three steps, because the GPU machine has neither the data nor the encoder packag
     # on the GPU machine (device tool, carry .gpu):
     pip install --target /tmp/site .gpu/wheels/*.whl; PYTHONPATH=/tmp/site:. python -m bench.gpu_profiles run \\
         --work /tmp/gpuws --out $OUT --methods dexml,astra,unidec,ramen,maclr --budget 105 --total 540
+        # --epochs dexml=20 trains a method whose epoch cost an earlier lease measured, with no probe
     python -m bench.gpu_profiles collect DIR...  # here: the folders that came back -> metrics/gpu/, bench/gpu_profiles.json
+                                                 # (earlier leases' rows kept; paired tests against the CPU xr_linear)
 
 ``pack`` stores MiniLM's weights in float16 (the transfer limit; the machine rebuilds float32 weights from them),
 and of the word-embedding table only the rows of the word pieces that occur in the carried texts, as int8 with a
@@ -51,6 +53,9 @@ EMBEDDING = "embeddings.word_embeddings.weight"
 MINILM = {"kind": "transformer", "model_dir": None, "pooling": "mean", "max_len_query": 32, "max_len_label": 32,
           "tied": True, "dropout": 0.0, "freeze_embeddings": False}
 EVAL_RESERVE_S = 35.0   # prediction (val + tst) and evaluation of a run on the GPU machine
+# a one-epoch probe missed the periodic work that starts at epoch 1: RAMEN's 19-epoch run (refresh + pruning
+# every epoch, ~10 s each) was estimated at 11.7 s per epoch, took ~17 and was stopped at its limit
+PROBE_EPOCHS = 2
 NO_CKPT = {"checkpoint_every_steps": 0, "checkpoint_interval_minutes": 1000.0}
 
 
@@ -358,18 +363,22 @@ def _child(method: str, epochs: int, model_dir: str, eval_: bool, timeout: float
 
 def _pack_outputs(out: Path) -> None:
     with tarfile.open(out / "gpu_outputs.tar.gz.tmp", "w:gz") as tar:
-        for d in ("metrics", "metrics_val", "evaluation", "plots/train"):
+        # predictions too (~2 MB a run): a GPU run can then be fused with the label-name retriever here
+        for d in ("metrics", "metrics_val", "evaluation", "plots/train", "predictions"):
             if Path(d).exists():
                 tar.add(d)
     os.replace(out / "gpu_outputs.tar.gz.tmp", out / "gpu_outputs.tar.gz")
 
 
 def run(work: Path, out: Path, methods: list[str], budget: float, carry: Path = CARRY, max_steps: int = 0,
-        total: float = float("inf")) -> dict[str, Any]:
-    """Each method: a one-epoch probe, then the most epochs (≤ the profile's) that fit its budget with prediction
+        total: float = float("inf"), epochs_fixed: dict[str, int] | None = None) -> dict[str, Any]:
+    """Each method: a two-epoch probe, then the most epochs (≤ the profile's) that fit its budget with prediction
     and evaluation: ``budget`` seconds, or with a ``total`` its share of what is left (time a method did not use
     goes to those after it); a method is not started when less than 0.6 x ``budget`` of ``total`` is left.
+    A method in ``epochs_fixed`` trains that many epochs with no probe (its epoch cost known from an earlier
+    lease), limited by what is left less 0.6 x ``budget`` for each method after it.
     Rows go to ``out/gpu_profiles.json`` (and the metrics files to ``gpu_outputs.tar.gz``) after each."""
+    epochs_fixed = epochs_fixed or {}
     import torch
 
     t_all = time.perf_counter()
@@ -393,18 +402,26 @@ def run(work: Path, out: Path, methods: list[str], budget: float, carry: Path = 
             row["budget_s"] = round(budget_i, 1)
             if remaining() < 0.6 * budget:
                 row.update(ok=False, why=f"not started: {remaining():.0f} s left")
+            elif method in epochs_fixed:
+                epochs = int(min(PROFILES[method][1], epochs_fixed[method]))
+                limit = remaining() - 5.0 - 0.6 * budget * (len(methods) - i - 1)
+                row.update(probe=None, budget_s=round(limit, 1))
+                row.update(_child(method, epochs, model_dir, True, limit, log, max_steps))
             else:
-                probe = _child(method, 1, model_dir, False, min(0.6 * budget_i, remaining()), log, max_steps)
+                probe = _child(method, PROBE_EPOCHS, model_dir, False, min(0.6 * budget_i, remaining()), log,
+                               max_steps)
                 row["probe"] = {k: probe.get(k) for k in ("ok", "why", "seconds", "train_wall_s")}
                 if probe["ok"]:
                     # the run proper costs about: start-up + fixed (model load, label-text init) + epochs x epoch,
-                    # then prediction and evaluation (reserved); the probe's first epoch mines no hard negatives
-                    # yet, hence the 1.3 margin on an epoch
-                    epoch = max(float(probe["summary"]["train_seconds"]), 1e-3) * 1.3
-                    fixed = probe["seconds"] - float(probe["summary"]["train_seconds"])
+                    # then prediction and evaluation (reserved). The probe's second epoch carries the periodic
+                    # work (refreshes, pruning, re-clustering start at epoch 1; a short run's scaled schedule does
+                    # it every epoch), its first does not: the 1.3 margin on the mean covers the difference
+                    train_s = float(probe["summary"]["train_seconds"])
+                    epoch = max(train_s / PROBE_EPOCHS, 1e-3) * 1.3
+                    fixed = probe["seconds"] - train_s
                     left = budget_i - (time.perf_counter() - t0) - fixed - EVAL_RESERVE_S
                     epochs = int(max(1, min(PROFILES[method][1], left // epoch)))
-                    row["probe"].update(epoch_s=round(epoch / 1.3, 2), fixed_s=round(fixed, 1))
+                    row["probe"].update(epochs=PROBE_EPOCHS, epoch_s=round(epoch / 1.3, 2), fixed_s=round(fixed, 1))
                     expected = fixed + epochs * epoch + EVAL_RESERVE_S
                     limit = min(remaining() - 5.0, max(budget_i - (time.perf_counter() - t0), 1.5 * expected))
                     row.update(_child(method, epochs, model_dir, True, limit, log, max_steps))
@@ -435,8 +452,11 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--budget", type=float, default=110.0, help="seconds per method, probe and evaluation included")
     r.add_argument("--max-steps", type=int, default=0, help="cap every epoch at this many steps (a plumbing check)")
     r.add_argument("--total", type=float, default=float("inf"), help="seconds for all methods (a lease's limit)")
+    r.add_argument("--epochs", default="", help="METHOD=N,...: train N epochs with no probe (cost known)")
     c = sub.add_parser("collect", help="here: the files that came back -> metrics/gpu/, bench/gpu_profiles.json")
     c.add_argument("dirs", type=Path, nargs="+", help="the folders of the device calls, in order")
+    c.add_argument("--peers", default="xr_linear", help="CPU runs to test against, where evaluation/tst/<peer>.npz is")
+    c.add_argument("--fresh", action="store_true", help="drop the earlier leases' rows from bench/gpu_profiles.json")
     args = ap.parse_args(argv)
     if args.cmd == "pack":
         pack(args.dest, wheels=not args.no_wheels, data_root=args.data_root)
@@ -445,36 +465,57 @@ def main(argv: list[str] | None = None) -> None:
         unknown = sorted(set(methods) - set(PROFILES))
         if unknown:
             raise SystemExit(f"unknown methods {unknown}; choose from {sorted(PROFILES)}")
+        fixed = {m: int(n) for m, n in (x.split("=") for x in args.epochs.split(",") if x)}
+        unknown = sorted(set(fixed) - set(methods))
+        if unknown:
+            raise SystemExit(f"--epochs names methods not in --methods: {unknown}")
         run(args.work.resolve(), args.out.resolve(), methods, args.budget, args.carry.resolve(), args.max_steps,
-            args.total)
+            args.total, fixed)
     else:
-        collect(args.dirs)
+        collect(args.dirs, tuple(x for x in args.peers.split(",") if x), keep=not args.fresh)
 
 
-def collect(dirs: list[Path]) -> dict[str, Any]:
+def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: bool = True) -> dict[str, Any]:
     """The files of one or more device calls (in order) -> ``bench/gpu_profiles.json`` (every row, less its
     metrics, with the call it came from), ``metrics/gpu/<variant>.json`` and ``metrics_val/gpu/<variant>.json``
-    (per variant, the row that trained most epochs), ``evaluation/gpu/{tst,val}/<variant>.npz``, and paired
-    bootstrap tests between the calls' runs of one variant (more epochs vs fewer, same test instances)."""
+    (per variant, the row that trained most epochs), ``evaluation/gpu/{tst,val}/<variant>.npz``, paired
+    bootstrap tests between the calls' runs of one variant (more epochs vs fewer, same test instances), and
+    paired tests of each variant collected now against the CPU runs ``peers`` whose ``evaluation/tst/<peer>.npz``
+    is here (``dvc repro evaluate@<peer>``).
+
+    With ``keep``, the calls and rows already in ``bench/gpu_profiles.json`` (earlier leases) stay, the new
+    calls are numbered after them, and a variant's metrics files are replaced only by a row of at least as many
+    epochs as they record."""
     import tempfile
 
     from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap
 
-    calls, rows, best = [], [], {}
+    bench_json = ROOT / "bench" / "gpu_profiles.json"
+    old = json.loads(bench_json.read_text()) if keep and bench_json.exists() else {}
+    calls, rows = list(old.get("calls", [])), list(old.get("rows", []))
+    paired, against = list(old.get("paired_more_epochs", [])), list(old.get("paired_against_cpu", []))
+    first = len(calls) + 1
+    new_rows, best = [], {}
     with tempfile.TemporaryDirectory() as tmp:
-        for c, d in enumerate(dirs, 1):
+        for c, d in enumerate(dirs, first):
             part = json.loads((d / "gpu_profiles.json").read_text())
             with tarfile.open(d / "gpu_outputs.tar.gz") as tar:
                 tar.extractall(Path(tmp) / str(c), filter="data")
             calls.append({k: v for k, v in part.items() if k != "rows"} | {"call": c})
             for row in part["rows"]:
                 row["call"] = c
-                rows.append(row)
+                new_rows.append(row)
                 for v in row.get("metrics") or {}:
                     if v not in best or row["epochs"] >= best[v]["epochs"]:
                         best[v] = row
-        paired = []
+
+        def contrib(row: dict[str, Any], v: str) -> InstanceContributions:
+            return InstanceContributions.load(Path(tmp) / str(row["call"]) / "evaluation" / "tst" / f"{v}.npz")
+
         for v, row in best.items():
+            kept = ROOT / "metrics" / "gpu" / f"{v}.json"
+            if kept.exists() and int(json.loads(kept.read_text()).get("epochs", 0)) > row["epochs"]:
+                continue   # an earlier lease trained this variant longer
             for split, mdir in (("tst", "metrics"), ("val", "metrics_val")):
                 dest = ROOT / mdir / "gpu" / f"{v}.json"
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -484,23 +525,33 @@ def collect(dirs: list[Path]) -> dict[str, Any]:
                 npz = ROOT / "evaluation" / "gpu" / split / f"{v}.npz"
                 npz.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(Path(tmp) / str(row["call"]) / "evaluation" / split / f"{v}.npz", npz)
-            for other in rows:   # the same variant from another call, fewer epochs: does training longer help?
+            for other in new_rows:   # the same variant from another call, fewer epochs: does training longer help?
                 if other is row or v not in (other.get("metrics") or {}) or other["epochs"] >= row["epochs"]:
                     continue
-                a, b = (InstanceContributions.load(Path(tmp) / str(r["call"]) / "evaluation" / "tst" / f"{v}.npz")
-                        for r in (row, other))
                 for metric in ("P@1", "P@5"):
                     paired.append({"variant": v, "a_epochs": row["epochs"], "b_epochs": other["epochs"],
-                                   **paired_bootstrap(a, b, metric)})
-    for row in rows:
+                                   **paired_bootstrap(contrib(row, v), contrib(other, v), metric)})
+            for peer in peers:   # the GPU run against a CPU run on the same test instances
+                peer_npz = ROOT / "evaluation" / "tst" / f"{peer}.npz"
+                if not peer_npz.exists():
+                    continue
+                for metric in ("P@1", "P@5", "PSP@5", "R@100"):
+                    against.append({"variant": v, "epochs": row["epochs"], "call": row["call"], "peer": peer,
+                                    **paired_bootstrap(contrib(row, v), InstanceContributions.load(peer_npz),
+                                                       metric)})
+    for row in new_rows:
         row.pop("metrics", None)
         row.pop("metrics_val", None)
-    result = {"calls": calls, "rows": rows, "paired_more_epochs": paired}
-    (ROOT / "bench" / "gpu_profiles.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"{len(rows)} rows from {len(dirs)} calls -> bench/gpu_profiles.json, metrics/gpu/, metrics_val/gpu/")
-    for x in paired:
+    result = {"calls": calls, "rows": rows + new_rows, "paired_more_epochs": paired, "paired_against_cpu": against}
+    bench_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"{len(new_rows)} rows from {len(dirs)} calls (calls {first}-{len(calls)}) -> bench/gpu_profiles.json, "
+          f"metrics/gpu/, metrics_val/gpu/")
+    for x in paired[len(old.get("paired_more_epochs", [])):]:
         print(f"  {x['variant']} {x['a_epochs']} vs {x['b_epochs']} epochs: {x['metric']} {x['diff']:+.2f} "
               f"{x['ci95']} p={x['p_value']:.3f}")
+    for x in against[len(old.get("paired_against_cpu", [])):]:
+        print(f"  {x['variant']} (GPU, {x['epochs']} epochs) vs {x['peer']} (CPU): {x['metric']} {x['a']:.2f} vs "
+              f"{x['b']:.2f}, {x['diff']:+.2f} {x['ci95']} p={x['p_value']:.3f}")
     return result
 
 

@@ -91,3 +91,59 @@ def test_a_method_that_fails_or_overruns_is_reported_and_the_child_is_stopped(tm
     failed = _child("dexml", 1, str(tmp_path / "no-model"), False, 300.0, log)
     log.close()
     assert not failed["ok"] and "lbl.jsonl: missing" in failed["why"], failed   # its last line, not a crash here
+
+
+METRICS = ["P@1", "P@5", "PSP@5", "R@100"]
+
+
+def _fake_call(d: Path, device: str, rows: list[tuple[str, int, float]], n: int = 50) -> None:
+    """A device call's files: gpu_profiles.json and gpu_outputs.tar.gz with metrics and per-instance contributions
+    (P@1 hits drawn at the row's rate, so a longer run can be told apart)."""
+    import tarfile
+
+    from xmc.metrics.bootstrap import InstanceContributions
+
+    d.mkdir(parents=True)
+    out_rows = []
+    for k, (v, epochs, rate) in enumerate(rows):
+        hits = (np.random.default_rng(k).random(n) < rate).astype(float)
+        c = InstanceContributions(METRICS, np.stack([hits] * 4), np.ones((4, n)))
+        for split in ("tst", "val"):
+            c.save(d / "evaluation" / split / f"{v}.npz")
+        m = {"P@1": 100 * hits.mean(), "P@5": 100 * hits.mean()}
+        out_rows.append({"method": v, "run": v, "epochs": epochs, "profile_epochs": 20, "ok": True,
+                         "metrics": {v: m}, "metrics_val": {v: m}})
+    (d / "gpu_profiles.json").write_text(json.dumps({"device": device, "rows": out_rows}))
+    with tarfile.open(d / "gpu_outputs.tar.gz", "w:gz") as tar:
+        tar.add(d / "evaluation", arcname="evaluation")
+
+
+def test_collect_keeps_earlier_leases_and_tests_longer_runs_and_cpu_peers(tmp_path, monkeypatch):
+    import bench.gpu_profiles as gp
+    from xmc.metrics.bootstrap import InstanceContributions
+
+    root = tmp_path / "repo"
+    (root / "bench").mkdir(parents=True)
+    monkeypatch.setattr(gp, "ROOT", root)
+    peer = InstanceContributions(METRICS, np.zeros((4, 50)), np.ones((4, 50)))   # a peer that never hits
+    peer.save(root / "evaluation" / "tst" / "xr_linear.npz")
+
+    _fake_call(tmp_path / "a", "H200", [("dexml", 4, 0.3), ("astra", 20, 0.5)])
+    gp.collect([tmp_path / "a"])
+    first = json.loads((root / "bench" / "gpu_profiles.json").read_text())
+    assert [c["call"] for c in first["calls"]] == [1] and len(first["rows"]) == 2
+    assert all("metrics" not in r for r in first["rows"])
+    beat = [x for x in first["paired_against_cpu"] if x["variant"] == "dexml" and x["metric"] == "P@1"]
+    assert beat and beat[0]["diff"] > 0 and beat[0]["peer"] == "xr_linear"
+
+    # a later lease: dexml longer (replaces its metrics), astra shorter (keeps the earlier, longer one)
+    _fake_call(tmp_path / "b", "H200", [("dexml", 20, 0.9), ("astra", 2, 0.1)])
+    _fake_call(tmp_path / "c", "H200", [("dexml", 1, 0.05)])
+    gp.collect([tmp_path / "b", tmp_path / "c"])
+    both = json.loads((root / "bench" / "gpu_profiles.json").read_text())
+    assert [c["call"] for c in both["calls"]] == [1, 2, 3] and len(both["rows"]) == 5
+    assert json.loads((root / "metrics" / "gpu" / "dexml.json").read_text())["epochs"] == 20
+    assert json.loads((root / "metrics" / "gpu" / "astra.json").read_text())["epochs"] == 20
+    longer = [x for x in both["paired_more_epochs"] if x["metric"] == "P@1"]
+    assert [(x["variant"], x["a_epochs"], x["b_epochs"]) for x in longer] == [("dexml", 20, 1)]
+    assert longer[0]["diff"] > 0 and longer[0]["p_value"] < 0.05

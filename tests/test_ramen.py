@@ -147,6 +147,36 @@ def test_triplet_task_loss_matches_brute_force():
     assert got == pytest.approx(float(np.mean(rows)))
 
 
+def test_triplet_task_loss_equals_the_pairwise_form_and_its_gradient():
+    # the loss pads each row's positives instead of forming every (p, n) pair over the pool: same value, same
+    # gradient as the b x pool x pool form, on rows with 0, 1 and many positives and a validity mask
+    rng = np.random.default_rng(2)
+    s = torch.from_numpy(rng.uniform(-1, 1, (7, 40))).requires_grad_()
+    pos = torch.from_numpy(rng.random((7, 40)) < 0.15)
+    pos[0] = False
+    pos[1] = False
+    pos[1, 3] = True
+    pos[2] = True
+    pos[2, :5] = False
+    valid = torch.from_numpy(rng.random((7, 40)) < 0.8)
+
+    def pairwise(scores):
+        neg = ~pos & valid
+        h = torch.relu(scores[:, None, :] - scores[:, :, None] + 0.3)
+        m = pos[:, :, None] & neg[:, None, :]
+        per = (h * m).sum((1, 2)) / m.sum((1, 2)).clamp(min=1)
+        keep = m.any(2).any(1)
+        return per[keep].mean()
+
+    got = TripletLoss(0.3)(s, pos, valid)
+    (g_got,) = torch.autograd.grad(got, s)
+    want = pairwise(s)
+    (g_want,) = torch.autograd.grad(want, s)
+    assert float(got) == pytest.approx(float(want), rel=1e-12)
+    assert torch.allclose(g_got, g_want, atol=1e-12)
+    assert float(TripletLoss(0.3)(s, torch.zeros_like(pos))) == 0.0
+
+
 # ---- the file format ---------------------------------------------------------------------------
 def write(tmp_path, name, text):
     (tmp_path / name).write_text(text)
