@@ -4,8 +4,8 @@ run's training time, epochs and test/validation metrics: ``metrics/gpu/``, ``ben
 The profiles are the full-length ones of ``docs/methods/*.md`` (DEXML 20 epochs with hard negatives refreshed by
 the encoder being trained, MACLR's paper schedule, RAMEN / UniDEC / ASTRA on MiniLM). A lease of GPU time is
 short, so each method gets a wall-clock budget: a two-epoch probe run measures what an epoch costs (the second
-epoch carries the periodic work, refreshes and pruning, so the estimate is high), and the run proper trains the most epochs that fit the budget, at most the
-profile's; the epoch-dependent schedule (refresh / pruning / clustering periods) is scaled with it. Every row
+epoch carries the periodic work, refreshes and pruning, so the estimate is high), and the run proper trains the
+most epochs that fit the budget, at most the profile's; the epoch-dependent schedule (refresh / pruning / clustering periods) is scaled with it. Every row
 records the epochs run, the profile's epochs, seconds per epoch and the projection to the full length.
 
 Three steps, because the GPU machine has neither the data nor the encoder package nor the network:

@@ -89,8 +89,8 @@ class TripletLoss(nn.Module):
     """The paper's task loss: [s(x, z_n) - s(x, z_p) + margin]_+ averaged over (p, n) pairs per query.
 
     The hinge is taken against each row's positives only (padded to the most any row has), so a step holds
-    b x P x pool values, not b x pool x pool: at the GPU profile's batch of 1,024 and ~3,000 pooled labels the
-    latter is ~37 GB per intermediate."""
+    b x P x pool values, not b x pool x pool: at the GPU profile's batch of 1,024 and ~3,300 pooled labels the
+    latter is ~45 GB per intermediate."""
 
     def __init__(self, margin: float = 0.3) -> None:
         super().__init__()
