@@ -6,6 +6,8 @@ For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one c
   step), checked out in a temporary git worktree and measured by this script's own code in a subprocess, with that
   commit's params;
 * ``new``: the current library and params;
+* ``new_torch_row_adam``: the same with RowAdam's torch path instead of its C kernel (``xmc/native``), to show
+  what the kernel alone gives;
 * ``new_shared_uniform`` (ASTRA): the selection candidate ``astra_shared_uniform`` (one uniform draw of 2,000 labels
   per batch, a validation tie on P@5: docs/selection.md);
 * ``new_ivf_mining``: the selection candidates ``astra_ivf_mining_kmeans3`` / ``dexml_bow_ivf_mining_kmeans3`` (hard
@@ -179,12 +181,14 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
 
 
 IVF_MINING = {"negatives": {"index_kind": "ivf", "kmeans_iters": 3}}   # selection candidates *_ivf_mining_kmeans3
+TORCH_ROW_ADAM = {"train": {"sparse_optimizer": "row_adam_torch"}}   # RowAdam without its C kernel (xmc/native)
 VARIANTS = {
     "astra": {"new": {},
+              "new_torch_row_adam": TORCH_ROW_ADAM,
               # the selection candidate astra_shared_uniform (a validation tie on P@5 with the per-query draw)
               "new_shared_uniform": {"negatives": {"uniform_shared": True, "uniform_negatives": 2000}},
               "new_ivf_mining": IVF_MINING},
-    "dexml_bow": {"new": {}, "new_ivf_mining": IVF_MINING},
+    "dexml_bow": {"new": {}, "new_torch_row_adam": TORCH_ROW_ADAM, "new_ivf_mining": IVF_MINING},
 }
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
 ROOT = Path(__file__).resolve().parents[1]

@@ -476,8 +476,8 @@ def test_per_epoch_monitoring_scores_the_validation_split_never_test():
     assert RetrievalEvaluator.monitoring(no_test, {"eval_every_epochs": 0}, None) == (None, 0)
 
 
-@pytest.mark.parametrize("block_elements", [1 << 17, 24])   # one block, and blocks of 3 rows
-def test_row_adam_follows_torch_sparse_adam(block_elements, monkeypatch):
+@pytest.mark.parametrize("block_elements,native", [(1 << 17, False), (24, False), (24, True)])
+def test_row_adam_follows_torch_sparse_adam(block_elements, native, monkeypatch):
     """RowAdam is SparseAdam's rule (lazy Adam: untouched rows and their moments stay put), block by block."""
     from torch import nn
 
@@ -490,7 +490,7 @@ def test_row_adam_follows_torch_sparse_adam(block_elements, monkeypatch):
     a = nn.Embedding(50, 8, sparse=True)
     b = nn.Embedding(50, 8, sparse=True)
     b.weight.data.copy_(a.weight.data)
-    oa, ob = RowAdam(a.parameters(), lr=0.05), torch.optim.SparseAdam(b.parameters(), lr=0.05)
+    oa, ob = RowAdam(a.parameters(), lr=0.05, native=native), torch.optim.SparseAdam(b.parameters(), lr=0.05)
     rng = np.random.default_rng(0)
     for _ in range(20):
         ids = torch.from_numpy(rng.integers(0, 30, size=40))  # rows 30..49 are never touched; ids repeat
@@ -522,7 +522,7 @@ def test_row_adam_in_place_blocks_equal_gathered_rows(monkeypatch):
         with torch.no_grad():
             t.weight.copy_(torch.arange(700, dtype=torch.float32).reshape(100, 7).sin())
         tables.append((share, t))
-        opts.append(RowAdam(t.parameters(), lr=0.05))
+        opts.append(RowAdam(t.parameters(), lr=0.05, native=False))   # the torch path's two ways
     for _ in range(6):
         ids = torch.randint(0, 90, (60,), generator=gen)   # rows 90..99 never touched; ids repeat
         target = torch.randn(60, 7, generator=gen)

@@ -47,10 +47,5 @@ class DualEncoderModel(nn.Module):
         return {"encoder": [p for p in self.encoder.parameters() if p.requires_grad]}
 
     def pair_vectors(self, texts: Sequence[str], label_ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """Query and label vectors of one step; a tied transformer encodes both in one forward pass."""
-        enc = self.encoder
-        if getattr(enc, "tied", False) and getattr(enc, "kind", "") == "transformer" and \
-                enc.max_len["query"] == enc.max_len["label"]:
-            v = enc(list(texts) + [self.label_texts[i] for i in label_ids], "query")
-            return v[: len(texts)], v[len(texts):]
-        return self.query_vectors(texts), self.label_vectors(label_ids)
+        """Query and label vectors of one step; a tied encoder encodes both sides in one pass."""
+        return self.encoder.encode_pair(texts, [self.label_texts[i] for i in label_ids])

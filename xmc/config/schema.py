@@ -262,8 +262,9 @@ class TrainSection(Section):
     amp: Literal["auto", "off"] = "auto"
     device: str = "auto"
     # lazy Adam of the sparse embedding tables (bag-of-words buckets, ASTRA/UniDEC classifiers): row_adam
-    # updates the touched rows in one pass; torch_sparse_adam is torch's SparseAdam (same rule)
-    sparse_optimizer: Literal["row_adam", "torch_sparse_adam"] = "row_adam"
+    # updates the touched rows in one C pass (xmc/native; its torch path where no C compiler is found);
+    # row_adam_torch always takes the torch path; torch_sparse_adam is torch's SparseAdam (same rule)
+    sparse_optimizer: Literal["row_adam", "row_adam_torch", "torch_sparse_adam"] = "row_adam"
     # data-parallel ranks on this machine (torchrun; gloo on CPU, NCCL on GPUs; xmc.train.distributed)
     nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
     # with > 1 rank: each rank holds only its slice of a per-label classifier table (ASTRA's W, UniDEC's Ψ) and

@@ -55,6 +55,11 @@ class TextEncoder(nn.Module):
     def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def encode_pair(self, query_texts: Sequence[str], label_texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Query and label vectors of one training step, with gradients. Encoders whose two sides share their
+        weights override it to encode both sides in one pass."""
+        return self(list(query_texts), "query"), self(list(label_texts), "label")
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
@@ -35,6 +36,34 @@ def hashed_ngrams(text: str, n_buckets: int, ngram_max: int = 2) -> list[int]:
     for n in range(2, ngram_max + 1):
         ids += [_hash(" ".join(toks[i : i + n]), n_buckets) for i in range(len(toks) - n + 1)]
     return ids or [0]
+
+
+class _WeightedBags(torch.autograd.Function):
+    """``out[b] = Σ_k w_k table[ids_k]`` over bag b's entries, with a sparse row gradient for the table.
+
+    Both directions are weighted bag sums, the CPU's fastest kernel for them (embedding_bag): forward over the
+    table's rows in place (no gathered copy), backward over the bags' gradients with the entries grouped by
+    bucket, which gives the gradient of each distinct bucket once, in increasing order (a coalesced sparse tensor,
+    as the row-wise optimisers want it). nn.EmbeddingBag(sparse=True) would give one gradient row per token
+    occurrence and leave the summing to a coalesce."""
+
+    @staticmethod
+    def forward(ctx, weight: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor,  # type: ignore[override]
+                per_sample_weights: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(ids, per_sample_weights, lengths)
+        ctx.shape = weight.shape
+        return F.embedding_bag(ids, weight.detach(), offsets, mode="sum", per_sample_weights=per_sample_weights)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
+        ids, w, lengths = ctx.saved_tensors
+        sorted_ids, order = torch.sort(ids, stable=True)   # the entries grouped by bucket
+        uniq, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
+        starts = torch.cumsum(counts, 0) - counts
+        bag_of = torch.repeat_interleave(torch.arange(len(lengths), device=ids.device), lengths)
+        values = F.embedding_bag(bag_of[order], grad.contiguous(), starts, mode="sum", per_sample_weights=w[order])
+        g = torch.sparse_coo_tensor(uniq.unsqueeze(0), values, ctx.shape, is_coalesced=True, check_invariants=False)
+        return g, None, None, None, None
 
 
 class HashedBagOfWordsEncoder(TextEncoder):
@@ -67,23 +96,33 @@ class HashedBagOfWordsEncoder(TextEncoder):
     def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:
         if side not in SIDES:
             raise ValueError(f"side must be one of {SIDES}")
-        ids = [self._ids(t) for t in self.side_texts(texts, side)]
+        return self._bags([self._ids(t) for t in self.side_texts(texts, side)],
+                          self.query_bag if side == "query" else self.label_bag)
+
+    def encode_pair(self, query_texts: Sequence[str], label_texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tied: both sides' bags in one pass over the table, so a training step gathers each distinct bucket once
+        and the table gets one sparse gradient (no sum of two gradients and no coalesce in the optimiser)."""
+        if not self.tied:
+            return super().encode_pair(query_texts, label_texts)
+        queries = list(query_texts)
+        ids = [self._ids(t) for t in queries] + [self._ids(t) for t in self.side_texts(list(label_texts), "label")]
+        v = self._bags(ids, self.query_bag)
+        return v[: len(queries)], v[len(queries):]
+
+    def _bags(self, ids: list[np.ndarray], bag: nn.EmbeddingBag) -> torch.Tensor:
+        """The normalised 1/sqrt(n)-weighted bag sums of these hashed id lists."""
         lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
         flat = np.concatenate(ids)
         offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]])).to(self.device)
         # 1/sqrt(n) weights: long texts do not dominate, short ones are not drowned
         w = torch.from_numpy(np.repeat(1.0 / np.sqrt(lengths), lengths).astype(np.float32)).to(self.device)
-        bag = self.query_bag if side == "query" else self.label_bag
+        flat_t = torch.from_numpy(flat).to(self.device)
         if not torch.is_grad_enabled() or not bag.weight.requires_grad:
-            out = bag(torch.from_numpy(flat).to(self.device), offsets, per_sample_weights=w)
+            out = bag(flat_t, offsets, per_sample_weights=w)
         else:
-            # gather each distinct bucket once and sum bags over the gathered rows: the table's gradient then has
-            # one row per distinct bucket of the batch instead of one per token occurrence (fewer bytes to write
-            # and to coalesce in the optimiser); the sums are the same
-            uniq, inv = np.unique(flat, return_inverse=True)
-            rows = F.embedding(torch.from_numpy(uniq).to(self.device), bag.weight, sparse=True)
-            out = F.embedding_bag(torch.from_numpy(inv.astype(np.int64)).to(self.device), rows, offsets, mode="sum",
-                                  per_sample_weights=w)
+            # the table's gradient has one row per distinct bucket of the batch, in increasing order: fewer bytes
+            # than one per token occurrence, and nothing for the optimiser to coalesce (_WeightedBags)
+            out = _WeightedBags.apply(bag.weight, flat_t, offsets, w, torch.from_numpy(lengths).to(self.device))
         return F.normalize(self.dropout(out), dim=-1)
 
     def save(self, path: str | Path) -> None:

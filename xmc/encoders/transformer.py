@@ -8,6 +8,7 @@ tower at ``path`` and the label tower at ``path/label_encoder``.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 import json
 from pathlib import Path
 
@@ -87,6 +88,15 @@ class TransformerEncoder(TextEncoder):
             mask = tok["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return F.normalize(self.dropout(pooled), dim=-1)
+
+    def encode_pair(self, query_texts: Sequence[str], label_texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """A tied encoder with one length cap encodes queries and labels in one forward pass (one batch through
+        the model instead of two)."""
+        if not self.tied or self.max_len["query"] != self.max_len["label"]:
+            return super().encode_pair(query_texts, label_texts)
+        queries = list(query_texts)
+        v = self(queries + self.side_texts(list(label_texts), "label"), "query")
+        return v[: len(queries)], v[len(queries):]
 
     def _to_sentence_transformer(self, model):
         from sentence_transformers import SentenceTransformer

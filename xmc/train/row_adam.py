@@ -8,6 +8,11 @@ enough for the element-wise passes to stay in cache: where few rows of a block m
 those rows and their moments are gathered, updated and written back; where most did (ASTRA's classifiers, whose
 uniform negatives cover most labels every step), the block is updated in place, so each of the rows, moments and
 update is read and written once. Both give the same bits (``tests/test_training.py``).
+
+Where the machine has a C compiler, the update is instead one C loop over the touched rows (``xmc/native/row_adam.c``:
+each of the rows, their moments and gradient read once and written once, on ``torch.get_num_threads()`` threads).
+It keeps this rule and its roundings, except for a correctly rounded square root where torch's vectorised one can be
+an ulp off (tested against the torch path). ``native=False`` or ``XMC_NATIVE=0`` keeps the torch path.
 """
 
 from __future__ import annotations
@@ -97,10 +102,37 @@ class RowAdam(torch.optim.Optimizer):
     ``nn.EmbeddingBag(sparse=True)``); a dense gradient updates every row (then it is plain Adam)."""
 
     def __init__(self, params: Iterable[Any], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8) -> None:
+                 eps: float = 1e-8, native: bool = True) -> None:
         if lr < 0 or eps < 0 or not (0 <= betas[0] < 1 and 0 <= betas[1] < 1):
             raise ValueError(f"invalid RowAdam settings: lr={lr}, betas={betas}, eps={eps}")
         super().__init__(params, {"lr": lr, "betas": betas, "eps": eps})
+        self._kernel = None
+        if native:
+            from xmc.native import row_adam
+
+            self._kernel = row_adam()
+
+    @property
+    def native(self) -> bool:
+        """Whether steps run the C kernel (else the torch path)."""
+        return self._kernel is not None
+
+    def _native_step(self, p: torch.Tensor, m_all: torch.Tensor, v_all: torch.Tensor, rows: torch.Tensor | None,
+                     vals: torch.Tensor, b1: float, b2: float, eps: float, step_size: float) -> bool:
+        """The update through the C kernel; False (nothing done) where it does not apply: not float32 on the CPU,
+        or not contiguous."""
+        if self._kernel is None or p.dtype != torch.float32 or p.device.type != "cpu" or vals.dtype != torch.float32 \
+                or not (p.is_contiguous() and m_all.is_contiguous() and v_all.is_contiguous()):
+            return False
+        vals = vals.contiguous()
+        if rows is None:
+            n_rows, dim, rows_ptr = 1, p.numel(), None
+        else:
+            rows = rows.contiguous().to(torch.int64)
+            n_rows, dim, rows_ptr = rows.numel(), vals[0].numel(), rows.data_ptr()
+        self._kernel(p.data_ptr(), m_all.data_ptr(), v_all.data_ptr(), rows_ptr, vals.data_ptr(), n_rows, dim,
+                     1 - b1, b2, 1 - b2, eps, step_size, torch.get_num_threads())
+        return True
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
@@ -132,6 +164,8 @@ class RowAdam(torch.optim.Optimizer):
                 step = state["step"]
                 step_size = lr * math.sqrt(1 - b2**step) / (1 - b1**step)
                 m_all, v_all = state["exp_avg"], state["exp_avg_sq"]
+                if self._native_step(p, m_all, v_all, rows, vals, b1, b2, eps, step_size):
+                    continue
                 if rows is None:
                     _adam_rows(p, m_all, v_all, vals, None, b1, b2, eps, step_size)
                 else:

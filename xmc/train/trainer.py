@@ -62,7 +62,7 @@ class TrainConfig:
     checkpoint_every_steps: int = _DEFAULTS["checkpoint_every_steps"]
     checkpoint_interval_minutes: float = _DEFAULTS["checkpoint_interval_minutes"]
     device: str = _DEFAULTS["device"]
-    sparse_optimizer: str = _DEFAULTS["sparse_optimizer"]  # row_adam | torch_sparse_adam (embedding tables)
+    sparse_optimizer: str = _DEFAULTS["sparse_optimizer"]  # row_adam | row_adam_torch | torch_sparse_adam (tables)
 
     @classmethod
     def from_params(cls, p: dict[str, Any] | None) -> TrainConfig:
@@ -166,10 +166,12 @@ class Trainer:
         if dense_groups:
             opts.append(torch.optim.AdamW(dense_groups))
         if sparse_groups:
-            if self.cfg.sparse_optimizer == "row_adam":
+            if self.cfg.sparse_optimizer in ("row_adam", "row_adam_torch"):
                 from xmc.train.row_adam import RowAdam
 
-                opts.append(RowAdam(sparse_groups))
+                opt = RowAdam(sparse_groups, native=self.cfg.sparse_optimizer == "row_adam")
+                log.info("sparse tables: RowAdam, %s", "C kernel (xmc/native)" if opt.native else "torch path")
+                opts.append(opt)
             else:  # torch's SparseAdam: the same rule, the reference the row-wise one is measured against
                 opts.append(torch.optim.SparseAdam(sparse_groups))
         if sgd_groups:
