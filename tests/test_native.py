@@ -152,11 +152,26 @@ def test_tied_bag_encodes_both_sides_in_one_pass_with_the_same_vectors_and_gradi
     assert torch.allclose(grads[0].to_dense(), table.grad, atol=1e-6)
 
 
+LABEL = "bank, riverbank (n): sloping land beside a body of water"
+
+
 def test_tied_pair_reads_the_label_view():
     """The one-pass path of a tied encoder applies the label side's text view (names / description) as the
     two-pass path does."""
     enc = HashedBagOfWordsEncoder(dim=8, n_buckets=256, seed=0, label_text="names")
-    label = "bank, riverbank (n): sloping land beside a body of water"
+    label = LABEL
     _, z = enc.encode_pair(["a query"], [label])
     assert torch.allclose(z, enc([label], "label"), atol=1e-6)
     assert not torch.allclose(z, enc([label], "query"), atol=1e-3)
+
+
+def test_tied_transformer_pair_reads_the_label_view():
+    """The tied MiniLM's one forward pass for both sides reads the label side's view, as its label side does."""
+    from xmc.encoders.transformer import TransformerEncoder
+
+    enc = TransformerEncoder(max_len_query=16, max_len_label=16, label_text="names").eval()
+    with torch.no_grad():
+        q, z = enc.encode_pair(["he sat on the river bank"], [LABEL])
+        assert torch.allclose(q, enc(["he sat on the river bank"], "query"), atol=1e-5)
+        assert torch.allclose(z, enc([LABEL], "label"), atol=1e-5)
+        assert not torch.allclose(z, enc([LABEL], "query"), atol=1e-3)
