@@ -45,9 +45,12 @@ $(PECOS_VENV)/.installed: Makefile
 
 setup: $(VENV)/.installed $(PECOS_VENV)/.installed .dvc/config
 
-# The main pipeline: data, validation, the peers and one default run of every method (about 45 minutes on 2 cores).
+# The package@<run> stages (their own dvc.yaml, joined with the others into one pipeline: see dvc.yaml)
+PACKAGES := pipelines/package/dvc.yaml
+
+# The main pipeline: data, validation, the peers and one default run of every method (about 60 minutes on 2 cores).
 run: setup
-	$(BIN)/dvc repro report package
+	$(BIN)/dvc repro report $(PACKAGES)
 	@echo
 	@cat reports/comparison.md
 	@echo "Validation report: reports/validation/report.html   Comparison: reports/comparison.html"
@@ -56,10 +59,10 @@ run: setup
 # The model packages to and from the DVC remote (default: ../xmc-dvc-remote; see README "Registry"):
 # after `make pull` a fresh clone predicts without training.
 push: setup
-	$(BIN)/dvc push package
+	$(BIN)/dvc push $(PACKAGES)
 
 pull: setup
-	$(BIN)/dvc pull package
+	$(BIN)/dvc pull $(PACKAGES)
 
 # The HTTP service of one package (MODEL=astra by default) on 127.0.0.1:8000
 MODEL ?= astra

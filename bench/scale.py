@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
 BOW = {"kind": "bow", "dim": 256, "n_buckets": 262144, "ngram_max": 2, "tied": True, "dropout": 0.0, "seed": 0}
 VALIDATION_DOCUMENTS = 1300
 METHODS = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "dexml_bow", "ramen", "unidec", "astra"]
@@ -97,7 +97,8 @@ def make_workspace(dest: Path, dataset_dir: Path, overrides: dict[str, Any], ref
     for name in PROJECT_FILES:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "dvc.lock"),
+                            dirs_exist_ok=True)
         elif src.exists():
             shutil.copy2(src, dest / name)
     params = yaml.safe_load((dest / "params.yaml").read_text())

@@ -33,8 +33,15 @@ def _env() -> dict[str, str]:
     return env
 
 
+def stage_name(address: str) -> str:
+    """A stage's name without its file: ``pipelines/evaluate_val/dvc.yaml:evaluate_val@astra`` -> ``evaluate_val@astra``
+    (the stage groups of pipelines/*/dvc.yaml are addressed with their file; names are unique across files)."""
+    return address.rsplit(":", 1)[-1]
+
+
 def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[str]:
-    """Stages in dependency order, from ``dvc dag --dot`` (restricted to ``targets`` and their upstream)."""
+    """Stages (DVC addresses) in dependency order, from ``dvc dag --dot`` (restricted to ``targets`` and their
+    upstream). A target is an address, a stage name (``evaluate@astra``) or a stage group (``package``)."""
     out = subprocess.run(_dvc() + ["dag", "--dot"], cwd=repo_dir, env=_env(), capture_output=True, text=True, check=True).stdout
     g = nx.DiGraph()
     for line in out.splitlines():
@@ -50,7 +57,7 @@ def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[
         keep = set()
         for t in targets:
             if t not in g:
-                matches = [n for n in g if n.split("@")[0] == t]
+                matches = [n for n in g if stage_name(n) == t] or [n for n in g if stage_name(n).split("@")[0] == t]
                 if not matches:
                     raise ValueError(f"unknown DVC stage {t!r}; stages: {sorted(g)}")
             else:

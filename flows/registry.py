@@ -19,7 +19,8 @@ from flows.dvc_tasks import _dvc, _env
 from flows.guard import confine_repo
 from xmc.config import load_params, set_offline_env
 
-RESULT_PATHS = ("dvc.lock", "metrics", "metrics_val", "reports", "plots")
+PACKAGE_PIPELINE = "pipelines/package/dvc.yaml"  # the file of the package@<run> stages
+RESULT_PATHS = ("dvc.lock", "pipelines", "metrics", "metrics_val", "reports", "plots")
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -32,7 +33,7 @@ def keep_results(repo_dir: str, artifacts: list[str], commit: bool = True) -> st
     versions are git commits). Returns the new commit, or None when nothing changed."""
     repo = Path(repo_dir)
     logger = get_run_logger()
-    targets = [f"package@{a}" for a in artifacts]
+    targets = [f"{PACKAGE_PIPELINE}:package@{a}" for a in artifacts]
     p = subprocess.run(_dvc() + ["push", *targets], cwd=repo, env=_env(), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"dvc push failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")

@@ -13,7 +13,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 SEMCOR = (ROOT / ".." / "shared" / "datasets" / "semcor-wn30").resolve()
-PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
+PACKAGES = "pipelines/package/dvc.yaml"  # the package@<run> stages: `dvc repro PACKAGES` builds every package
 
 
 def env() -> dict[str, str]:
@@ -51,7 +52,7 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
     for name in PROJECT_FILES:
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "dvc.lock"))
         else:
             shutil.copy2(src, dest / name)
     if (ROOT / ".venv-pecos").is_dir():  # the linear peer's environment (make setup), shared with the checkout
@@ -78,7 +79,8 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
 
 
 def stages_run(output: str) -> list[str]:
-    return [line.split("'")[1] for line in output.splitlines() if line.startswith("Running stage '")]
+    """The stages a ``dvc repro`` ran, by name (``pipelines/x/dvc.yaml:evaluate@m`` -> ``evaluate@m``)."""
+    return [line.split("'")[1].rsplit(":", 1)[-1] for line in output.splitlines() if line.startswith("Running stage '")]
 
 
 def write_xc_dataset(d: Path, labels: list[str], trn: list[str], tst: list[str], trn_rows: list[str],

@@ -80,6 +80,7 @@ def repo(tmp_path_factory) -> Path:
     r = tmp_path_factory.mktemp("badin")
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy2(ROOT / name, r / name)
+    shutil.copytree(ROOT / "pipelines", r / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
     good = write_dataset(r.parent / f"{r.name}_dataset")
     text = (r / "params.yaml").read_text()
     text = text.replace("dataset_dir: ../shared/datasets/semcor-wn30", f"dataset_dir: {good}")

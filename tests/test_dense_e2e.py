@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, stages_run
+from tests.pipeline_repo import PACKAGES, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, stages_run
 from xmc.train.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
@@ -63,7 +63,7 @@ def test_dense_methods_train_index_and_land_in_the_report(repo):
     assert "plots/train/dexml_bow/metrics.json" in shown and "metrics/dexml_bow.json" in shown
     assert stages_run(run(["dvc", "repro", "report"], repo).stdout) == []
     packaged = ["minilm_zeroshot", "st_mnrl", "dexml", "dexml_bow"]
-    assert {f"package@{m}" for m in packaged} <= set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))
+    assert {f"package@{m}" for m in packaged} <= set(stages_run(run(["dvc", "repro", PACKAGES], repo, timeout=900).stdout))
     assert_packages_predict_like_the_pipeline(repo, packaged)
 
 

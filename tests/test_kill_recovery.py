@@ -48,6 +48,7 @@ def leftovers(parent: Path) -> list[str]:
 def repo(tmp_path_factory) -> Path:
     r = tmp_path_factory.mktemp("kill")
     shutil.copy2(ROOT / "dvc.yaml", r / "dvc.yaml")
+    shutil.copytree(ROOT / "pipelines", r / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
     d = write_dataset(r.parent / f"{r.name}_dataset")
     text = (ROOT / "params.yaml").read_text()
     text = text.replace("dataset_dir: ../shared/datasets/semcor-wn30", f"dataset_dir: {d}")

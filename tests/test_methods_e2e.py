@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, make_repo, run, set_param, stages_run
+from tests.pipeline_repo import PACKAGES, SEMCOR, assert_packages_predict_like_the_pipeline, make_repo, run, set_param, stages_run
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
@@ -83,7 +83,7 @@ def test_every_method_trains_predicts_and_lands_in_the_report(repo):
     assert (repo / "reports/validation/graph.html").exists()
     assert stages_run(run(["dvc", "repro", "report"], repo).stdout) == []
     # every method's model package predicts through the public API exactly what the pipeline predicted
-    ran = set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))
+    ran = set(stages_run(run(["dvc", "repro", PACKAGES], repo, timeout=900).stdout))
     assert {f"package@{m}" for m in METHODS} <= ran
     assert_packages_predict_like_the_pipeline(repo, METHODS)
 

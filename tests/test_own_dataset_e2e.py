@@ -1,5 +1,5 @@
-"""One's own dataset end to end: `make run`'s pipeline (`dvc repro report package`) on a small dataset in the
-JSON-lines layout with title-only labels, no label graph and no document groups.
+"""One's own dataset end to end: `make run`'s pipeline (`dvc repro report pipelines/package/dvc.yaml`) on a small
+dataset in the JSON-lines layout with title-only labels, no label graph and no document groups.
 
 What a user meets when pointing `data.dataset_dir` at their data: every stage runs, RAMEN runs with the graph
 sets that exist (none here: a plain dual encoder, said in one log line), the label-name retriever reads the
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_repo import make_repo, run, stages_run
+from tests.pipeline_repo import PACKAGES, make_repo, run, stages_run
 
 SMALL_BOW = {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 2, "tied": True, "dropout": 0.0}
 METHODS = ["label_prior", "tfidf_knn", "name_match", "dexml_bow", "ramen", "unidec", "astra", "astra_hybrid"]
@@ -87,7 +87,7 @@ def repo(tmp_path_factory):
 
 
 def test_make_runs_pipeline_on_a_jsonl_dataset_without_graph_or_groups(repo):
-    p = run(["dvc", "repro", "report", "package"], repo, timeout=900)
+    p = run(["dvc", "repro", "report", PACKAGES], repo, timeout=900)
     ran = set(stages_run(p.stdout))
     assert {"ingest", "validate", "graph", "train_ramen@ramen", "train@dexml_bow", "train_astra@astra",
             "train_unidec@unidec", "fuse@astra", "report"} <= ran
@@ -106,4 +106,4 @@ def test_make_runs_pipeline_on_a_jsonl_dataset_without_graph_or_groups(repo):
     assert json.loads((repo / "metrics/astra_hybrid.json").read_text())["P@1"] > 50
     for m in ("dexml_bow", "ramen", "astra"):
         assert (repo / "packages" / m / "manifest.json").is_file() or (repo / "packages" / m).is_dir(), m
-    assert stages_run(run(["dvc", "repro", "report", "package"], repo).stdout) == []
+    assert stages_run(run(["dvc", "repro", "report", PACKAGES], repo).stdout) == []

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.pipeline_repo import (SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, set_param,
+from tests.pipeline_repo import (PACKAGES, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, set_param,
                                  stages_run)
 from tests.test_cli_serve import XMC
 from xmc.package.registry import gate
@@ -54,10 +54,10 @@ def test_gate_decisions():
 
 
 def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
-    ran = set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))
+    ran = set(stages_run(run(["dvc", "repro", PACKAGES], repo, timeout=900).stdout))
     assert {f"package@{m}" for m in BASELINES} <= ran
     assert_packages_predict_like_the_pipeline(repo, BASELINES)
-    run(["dvc", "push", "package"], repo)
+    run(["dvc", "push", PACKAGES], repo)
     commit(repo, "first packages")
     p = xmc_in(repo, "promote", "tfidf_knn")
     assert p.returncode == 0, p.stderr
@@ -66,8 +66,8 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     first_val = json.loads((repo / "packages/tfidf_knn/manifest.json").read_text())["metrics"]["val"]
     # a worse candidate (one neighbour votes): the gate keeps the current prod
     set_param(repo, "tfidf_knn.n_neighbors", 1)
-    assert "package@tfidf_knn" in stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout)
-    run(["dvc", "push", "package"], repo)
+    assert "package@tfidf_knn" in stages_run(run(["dvc", "repro", PACKAGES], repo, timeout=900).stdout)
+    run(["dvc", "push", PACKAGES], repo)
     commit(repo, "one neighbour")
     p = xmc_in(repo, "promote", "tfidf_knn")
     res = json.loads(p.stdout)

@@ -136,3 +136,28 @@ def test_selection_candidates_are_predicted_and_validated() -> None:
         assert base in params["reported"] and all(r in params["seed_runs"] for r in extra), base
     for run in params["seed_runs"]:
         assert "tst" in predicted[run].split(), run
+
+
+def test_the_pipeline_files_make_one_graph(dvc_index) -> None:
+    """The stage groups of pipelines/*/dvc.yaml run in the repository root with the root params, DVC joins them
+    to dvc.yaml's stages, and the output guard (xmc.io) reads their outputs as outputs, not as inputs."""
+    from xmc.io import _declared_paths, _pipeline_stamp, pipeline_files
+
+    files = pipeline_files(REPO)
+    assert files[0] == REPO / "dvc.yaml" and len(files) > 1
+    for f in files[1:]:
+        doc = yaml.safe_load(f.read_text())
+        assert doc["vars"] == ["../../params.yaml"], f
+        for name, st in doc["stages"].items():
+            assert (REPO / f.parent / (st.get("do") or st)["wdir"]).resolve() == REPO, (f, name)
+    by_file = {(Path(s.dvcfile.path).resolve(), s.name.split("@")[0]) for s in dvc_index.stages}
+    for group in ("evaluate", "evaluate_val", "evaluate_seed", "evaluate_ablation", "package"):
+        assert any(g == group and f != REPO / "dvc.yaml" for f, g in by_file), group
+    assert {s.name.split("@")[0] for s in dvc_index.stages} >= {"ingest", "train", "report", "evaluate", "package"}
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    inputs, outs = _declared_paths(REPO, _pipeline_stamp(REPO))
+    out_paths = {o for o, _ in outs}
+    run = params["validated"][0]
+    assert REPO / "evaluation" / "val" / f"{run}.npz" in out_paths
+    assert REPO / "packages" / params["packages"][0] in out_paths
+    assert not inputs & {REPO / "evaluation" / "val", REPO / "metrics_val", REPO / "metrics"}, inputs

@@ -54,16 +54,33 @@ def fault_point(name: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def pipeline_files(repo: Path) -> list[Path]:
+    """The project's DVC pipeline files: ``dvc.yaml`` and ``pipelines/*/dvc.yaml`` (one graph for DVC; the stage
+    groups live in several files so that each dvc.lock, rewritten after every stage, stays small)."""
+    return [p for p in [repo / "dvc.yaml", *sorted((repo / "pipelines").glob("*/dvc.yaml"))] if p.is_file()]
+
+
+def _pipeline_stamp(repo: Path) -> tuple[tuple[str, float], ...]:
+    return tuple((str(p), p.stat().st_mtime) for p in pipeline_files(repo))
+
+
 @lru_cache(maxsize=8)
-def _declared_paths(repo: Path, mtime: float) -> tuple[frozenset[Path], tuple[tuple[Path, str], ...]]:
-    """(external inputs, (out, stage) pairs) declared in ``repo/dvc.yaml``, ``${...}`` resolved from params.yaml and foreach keys.
+def _declared_paths(repo: Path, stamp: tuple[tuple[str, float], ...]
+                    ) -> tuple[frozenset[Path], tuple[tuple[Path, str], ...]]:
+    """(external inputs, (out, stage) pairs) declared in the pipeline files (``stamp``: their paths and mtimes),
+    ``${...}`` resolved from params.yaml and foreach keys, paths taken from each stage's ``wdir``.
 
     Only what can be resolved cheaply is kept: paths with unresolved templates are dropped."""
     import yaml
 
+    from xmc.config.schema import fast_yaml_loader
+
+    def load(path: Path) -> dict:
+        return yaml.load(path.read_text(encoding="utf-8"), Loader=fast_yaml_loader()) or {}
+
     try:
-        stages = (yaml.safe_load((repo / "dvc.yaml").read_text(encoding="utf-8")) or {}).get("stages") or {}
-        params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8")) or {}
+        files = [(Path(f), load(Path(f)).get("stages") or {}) for f, _ in stamp]
+        params = load(repo / "params.yaml")
     except (OSError, yaml.YAMLError):
         return frozenset(), ()
 
@@ -89,28 +106,32 @@ def _declared_paths(repo: Path, mtime: float) -> tuple[frozenset[Path], tuple[tu
 
     deps: set[Path] = set()
     outs: set[tuple[Path, str]] = set()
-    for name, st in stages.items():
-        if not isinstance(st, dict):
-            continue
-        body, keys = st, [None]
-        if "foreach" in st:
-            fe = st["foreach"]
-            fe = lookup(fe[2:-1]) if isinstance(fe, str) and fe.startswith("${") else fe
-            keys = list(fe) if isinstance(fe, dict | list) else []
-            body = st.get("do") or {}
-        for key in keys:
-            for field in ("deps", "outs", "metrics", "plots"):
-                for entry in body.get(field) or []:
-                    raw = next(iter(entry)) if isinstance(entry, dict) else entry
-                    if isinstance(raw, str) and (r := resolve(raw, None if key is None else str(key))):
-                        p = (repo / r).resolve()
-                        if field == "deps":
-                            deps.add(p)
-                        else:
-                            outs.add((p, f"{name}@{key}" if key is not None else name))
-    # an external input: a dep no stage writes (not an output, not inside one, not a folder of outputs)
-    out_strs = sorted({str(o) for o, _ in outs})
-    inputs = frozenset(d for d in deps if not any(_str_within(str(d), o) or _str_within(o, str(d)) for o in out_strs))
+    for path, stages in files:
+        for name, st in stages.items():
+            if not isinstance(st, dict):
+                continue
+            body, keys = st, [None]
+            if "foreach" in st:
+                fe = st["foreach"]
+                fe = lookup(fe[2:-1]) if isinstance(fe, str) and fe.startswith("${") else fe
+                keys = list(fe) if isinstance(fe, dict | list) else []
+                body = st.get("do") or {}
+            wdir = path.parent / str(body.get("wdir") or ".")
+            for key in keys:
+                for field in ("deps", "outs", "metrics", "plots"):
+                    for entry in body.get(field) or []:
+                        raw = next(iter(entry)) if isinstance(entry, dict) else entry
+                        if isinstance(raw, str) and (r := resolve(raw, None if key is None else str(key))):
+                            p = (wdir / r).resolve()
+                            if field == "deps":
+                                deps.add(p)
+                            else:
+                                outs.add((p, f"{name}@{key}" if key is not None else name))
+    # an external input: a dep no stage writes (not an output, not inside one, not a folder of outputs); by set
+    # lookups over path prefixes, not a scan of every (dep, out) pair
+    out_paths = {o for o, _ in outs}
+    out_folders = {a for o in out_paths for a in o.parents}
+    inputs = frozenset(d for d in deps if d not in out_folders and not ({d, *d.parents} & out_paths))
     return inputs, tuple(sorted(outs))
 
 
@@ -138,7 +159,7 @@ def check_output_path(path: str | Path) -> Path:
         deps: frozenset[Path] = frozenset()
         outs: tuple[tuple[Path, str], ...] = ()
         if (repo / "dvc.yaml").is_file():
-            deps, outs = _declared_paths(repo, (repo / "dvc.yaml").stat().st_mtime)
+            deps, outs = _declared_paths(repo, _pipeline_stamp(repo))
         inputs = set(deps) | _protected_inputs
         hit = next((i for i in sorted(inputs) if _is_within(target, i) or _is_within(i, target)), None)
         if hit is not None:

@@ -39,7 +39,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 
     Every problem is reported, one line each: ``params.yaml:<line>: <key path>: <problem>``.
     """
-    from xmc.config.schema import DuplicateKey, ParamsError, line_of, validate_params, yaml_key_lines
+    from xmc.config.schema import DuplicateKey, ParamsError, fast_yaml_loader, line_of, validate_params, yaml_key_lines
 
     p = Path(path)
     if not p.is_file():
@@ -51,7 +51,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=fast_yaml_loader())
         lines = yaml_key_lines(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
