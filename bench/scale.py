@@ -123,6 +123,8 @@ def _env() -> dict[str, str]:
     return e
 
 
+# A target is a DVC address (``dvc.yaml:report``, ``pipelines/package/dvc.yaml``) or a stage name or group of any
+# pipeline file (``report``, ``package``, ``evaluate@astra``); the order lists DVC addresses.
 _ORDER = """
 import json, sys
 import networkx as nx
@@ -130,7 +132,9 @@ from dvc.repo import Repo
 repo = Repo(".")
 order = []
 for target in sys.argv[1:]:
-    for stage in repo.stage.collect(target):
+    named = [s for s in repo.index.stages if s.name == target] or \\
+        [s for s in repo.index.stages if s.name.split("@")[0] == target]
+    for stage in (named if named and ":" not in target else repo.stage.collect(target)):
         for node in nx.dfs_postorder_nodes(repo.index.graph, stage):   # dependencies first
             if node.addressing not in order:
                 order.append(node.addressing)
@@ -171,12 +175,14 @@ def run_stage(repo: Path, stage: str, timeout: float, force: bool = False) -> di
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, 9)
         out, _ = p.communicate()
-        return {"stage": stage, "seconds": round(time.perf_counter() - t0, 2), "ok": False, "why": "timeout",
+        return {"stage": stage.rsplit(":", 1)[-1], "seconds": round(time.perf_counter() - t0, 2), "ok": False,
+                "why": "timeout",
                 "peak_rss_mib": float("nan")}
     seconds = time.perf_counter() - t0
     marks = [line for line in out.splitlines() if line.startswith("XMC_PEAK_RSS_KIB=")]
     peak = int(marks[-1].split("=", 1)[1]) / 1024 if marks else float("nan")
-    row = {"stage": stage, "seconds": round(seconds, 2), "ok": p.returncode == 0, "peak_rss_mib": round(peak, 1)}
+    row = {"stage": stage.rsplit(":", 1)[-1], "seconds": round(seconds, 2), "ok": p.returncode == 0,
+           "peak_rss_mib": round(peak, 1)}
     if p.returncode != 0:
         lines = [line for line in out.strip().splitlines() if not line.startswith("XMC_PEAK_RSS_KIB=")]
         row["why"] = lines[-1][:300] if lines else f"exit {p.returncode}"
@@ -273,7 +279,8 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         meta_file.write_text(json.dumps(meta, indent=2) + "\n")
         rows_file.unlink(missing_ok=True)
     rows = []
-    for stage in stage_order(repo, targets):
+    for address in stage_order(repo, targets):
+        stage = address.rsplit(":", 1)[-1]   # rows name stages without their pipeline file
         if collect and stage not in kept:
             print(f"  n={n:>9,}  {stage:32s} not run", flush=True)
             rows.append({"stage": stage, "seconds": 0.0, "ok": False, "why": "not run", "peak_rss_mib": 0.0})
@@ -283,7 +290,7 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
             print(f"  n={n:>9,}  {stage:32s} {row['seconds']:9.1f} s  {row['peak_rss_mib']:8.0f} MiB (kept)", flush=True)
             rows.append(row)
             continue
-        row = run_stage(repo, stage, stage_timeout, force=resume)
+        row = run_stage(repo, address, stage_timeout, force=resume)
         rows.append(row)
         with rows_file.open("a") as f:
             f.write(json.dumps(row) + "\n")
@@ -411,7 +418,7 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
         run = next(r for r in result["runs"] if r["n"] == n)
         run["stages"] = [r for r in run["stages"] if r["stage"] not in drop]
         for stage in stages:
-            row = run_stage(repo, stage, stage_timeout, force=True)
+            row = run_stage(repo, stage_order(repo, [stage])[-1], stage_timeout, force=True)
             row["commit"] = code_version()
             print(f"  n={n:>9,}  {stage:32s} {row['seconds']:9.1f} s  {row['peak_rss_mib']:8.0f} MiB (rerun)", flush=True)
             run["stages"] = [row if r["stage"] == stage else r for r in run["stages"]]
