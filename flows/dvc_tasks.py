@@ -34,8 +34,8 @@ def _env() -> dict[str, str]:
 
 
 def stage_name(address: str) -> str:
-    """A stage's name without its file: ``pipelines/evaluate_val/dvc.yaml:evaluate_val@astra`` -> ``evaluate_val@astra``
-    (the stage groups of pipelines/*/dvc.yaml are addressed with their file; names are unique across files)."""
+    """A stage's name without its file (``pipelines/evaluate_val/dvc.yaml:evaluate_val@astra`` ->
+    ``evaluate_val@astra``): the groups of pipelines/*/dvc.yaml are addressed with their file; names are unique."""
     return address.rsplit(":", 1)[-1]
 
 
