@@ -32,6 +32,8 @@ from typing import Any
 
 import yaml
 
+from xmc.io import stage_from_address
+
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
 BOW = {"kind": "bow", "dim": 256, "n_buckets": 262144, "ngram_max": 2, "tied": True, "dropout": 0.0, "seed": 0}
@@ -175,13 +177,13 @@ def run_stage(repo: Path, stage: str, timeout: float, force: bool = False) -> di
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, 9)
         out, _ = p.communicate()
-        return {"stage": stage.rsplit(":", 1)[-1], "seconds": round(time.perf_counter() - t0, 2), "ok": False,
+        return {"stage": stage_from_address(stage), "seconds": round(time.perf_counter() - t0, 2), "ok": False,
                 "why": "timeout",
                 "peak_rss_mib": float("nan")}
     seconds = time.perf_counter() - t0
     marks = [line for line in out.splitlines() if line.startswith("XMC_PEAK_RSS_KIB=")]
     peak = int(marks[-1].split("=", 1)[1]) / 1024 if marks else float("nan")
-    row = {"stage": stage.rsplit(":", 1)[-1], "seconds": round(seconds, 2), "ok": p.returncode == 0,
+    row = {"stage": stage_from_address(stage), "seconds": round(seconds, 2), "ok": p.returncode == 0,
            "peak_rss_mib": round(peak, 1)}
     if p.returncode != 0:
         lines = [line for line in out.strip().splitlines() if not line.startswith("XMC_PEAK_RSS_KIB=")]
@@ -280,7 +282,7 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         rows_file.unlink(missing_ok=True)
     rows = []
     for address in stage_order(repo, targets):
-        stage = address.rsplit(":", 1)[-1]   # rows name stages without their pipeline file
+        stage = stage_from_address(address)   # rows name stages without their pipeline file
         if collect and stage not in kept:
             print(f"  n={n:>9,}  {stage:32s} not run", flush=True)
             rows.append({"stage": stage, "seconds": 0.0, "ok": False, "why": "not run", "peak_rss_mib": 0.0})

@@ -14,6 +14,7 @@ import networkx as nx
 from prefect import get_run_logger, task
 
 from xmc.config import OFFLINE_ENV
+from xmc.io import stage_from_address
 
 
 _TQDM = re.compile(r"\d+%\|")
@@ -31,12 +32,6 @@ def _env() -> dict[str, str]:
         env.setdefault(k, v)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
-
-
-def stage_name(address: str) -> str:
-    """A stage's name without its file (``pipelines/evaluate_val/dvc.yaml:evaluate_val@astra`` ->
-    ``evaluate_val@astra``): the groups of pipelines/*/dvc.yaml are addressed with their file; names are unique."""
-    return address.rsplit(":", 1)[-1]
 
 
 def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[str]:
@@ -57,7 +52,8 @@ def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[
         keep = set()
         for t in targets:
             if t not in g:
-                matches = [n for n in g if stage_name(n) == t] or [n for n in g if stage_name(n).split("@")[0] == t]
+                matches = ([n for n in g if stage_from_address(n) == t]
+                           or [n for n in g if stage_from_address(n).split("@")[0] == t])
                 if not matches:
                     raise ValueError(f"unknown DVC stage {t!r}; stages: {sorted(g)}")
             else:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from prefect import flow
 
-from flows.dvc_tasks import run_dvc_stage, stage_name, stage_order
+from flows.dvc_tasks import run_dvc_stage, stage_order
 from flows.guard import confine_name, confine_repo, repo_lock
 from flows.pipeline import publish_artifacts, stage_timeout
 from xmc.config import load_params
+from xmc.io import stage_from_address
 
 
 def prediction_stage(repo, model: str) -> str:
@@ -33,8 +34,10 @@ def xmc_index_refresh(repo_dir: str = ".", model: str = "dexml", force: bool = T
         for stage in stage_order(repo, [target]):
             is_index = stage == target
             out[stage] = run_dvc_stage(stage, str(repo), force and is_index, timeout_seconds=stage_timeout(orch, stage))
-        evaluate = next(s for s in stage_order(repo, [f"evaluate@{model}"]) if stage_name(s) == f"evaluate@{model}")
+        name = f"evaluate@{model}"
+        evaluate = next(s for s in stage_order(repo, [name]) if stage_from_address(s) == name)
         for stage in (evaluate, "report"):
-            out[stage_name(stage)] = run_dvc_stage(stage, str(repo), timeout_seconds=stage_timeout(orch, stage))
+            out[stage_from_address(stage)] = run_dvc_stage(stage, str(repo),
+                                                           timeout_seconds=stage_timeout(orch, stage))
         publish_artifacts(repo)
     return out

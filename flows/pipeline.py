@@ -15,9 +15,10 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
 
-from flows.dvc_tasks import run_dvc_stage, stage_name, stage_order
+from flows.dvc_tasks import run_dvc_stage, stage_order
 from flows.guard import confine_name, confine_repo, repo_lock
 from xmc.config import load_params, set_offline_env
+from xmc.io import stage_from_address
 
 # every stage that trains or encodes with a neural encoder (the linear peer's stages run on the CPU worker)
 GPU_STAGE_PATTERNS = ("train@*", "train_*@*", "train_st_mnrl", "predict@*", "predict_unidec@*")
@@ -73,7 +74,7 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
         results: dict[str, Any] = {}
         for stage in order:
             timeout = stage_timeout(orch, stage)
-            if use_gpu and any(fnmatch.fnmatch(stage_name(stage), p) for p in GPU_STAGE_PATTERNS):
+            if use_gpu and any(fnmatch.fnmatch(stage_from_address(stage), p) for p in GPU_STAGE_PATTERNS):
                 results[stage] = _run_on_gpu(stage, str(repo), gpu_deployment, timeout)
                 continue
             # validation failures are data problems: retrying cannot fix them (nor any input error: exit code 2)
@@ -91,7 +92,7 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
 def stage_timeout(orch: dict[str, Any], stage: str) -> float:
     """``orchestration.stage_timeouts`` (fnmatch patterns such as ``train@*``) or ``stage_timeout_seconds``."""
     for pattern, seconds in orch["stage_timeouts"].items():
-        if fnmatch.fnmatch(stage_name(stage), pattern):
+        if fnmatch.fnmatch(stage_from_address(stage), pattern):
             return float(seconds)
     return float(orch["stage_timeout_seconds"])
 

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from xmc.io import stage_from_address
+
 ROOT = Path(__file__).resolve().parents[1]
 SEMCOR = (ROOT / ".." / "shared" / "datasets" / "semcor-wn30").resolve()
 PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
@@ -80,7 +82,8 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
 
 def stages_run(output: str) -> list[str]:
     """The stages a ``dvc repro`` ran, by name (``pipelines/x/dvc.yaml:evaluate@m`` -> ``evaluate@m``)."""
-    return [line.split("'")[1].rsplit(":", 1)[-1] for line in output.splitlines() if line.startswith("Running stage '")]
+    return [stage_from_address(line.split("'")[1]) for line in output.splitlines()
+            if line.startswith("Running stage '")]
 
 
 def write_xc_dataset(d: Path, labels: list[str], trn: list[str], tst: list[str], trn_rows: list[str],

@@ -60,6 +60,12 @@ def pipeline_files(repo: Path) -> list[Path]:
     return [p for p in [repo / "dvc.yaml", *sorted((repo / "pipelines").glob("*/dvc.yaml"))] if p.is_file()]
 
 
+def stage_from_address(address: str) -> str:
+    """A stage's name without its pipeline file: ``pipelines/evaluate_val/dvc.yaml:evaluate_val@astra`` ->
+    ``evaluate_val@astra`` (names are unique across the pipeline files; DVC prints and runs addresses)."""
+    return address.rsplit(":", 1)[-1]
+
+
 def _pipeline_stamp(repo: Path) -> tuple[tuple[str, float], ...]:
     return tuple((str(p), p.stat().st_mtime) for p in pipeline_files(repo))
 
