@@ -70,11 +70,18 @@ def machine_peaks(seconds: float = 2.0) -> dict[str, float]:
     return {"bandwidth_GBps": round(bw, 2), "matmul_GFLOPs": round(flops, 1)}
 
 
+def _flat_ids(enc: Any, texts: list[str]) -> np.ndarray:
+    """The hashed ids of these texts back to back, from the encoder's cache (today's batched one, or the
+    reference library's per-text one)."""
+    if hasattr(enc, "_id_cache"):
+        return enc._id_cache.ids(texts)[0]
+    ids = [enc._ids(t) for t in texts]
+    return np.concatenate(ids) if ids else np.zeros(0, np.int64)
+
+
 def _bag_tokens(model: Any, texts: list[str]) -> tuple[int, int]:
     """(token occurrences, unique rows) of the bag-of-words tables for these texts."""
-    enc = model.encoder
-    ids = [enc._ids(t) for t in texts]
-    flat = np.concatenate(ids) if ids else np.zeros(0, np.int64)
+    flat = _flat_ids(model.encoder, texts)
     return len(flat), len(np.unique(flat))
 
 
@@ -100,8 +107,8 @@ def step_cost(method: str, model: Any, batch: Any, texts: list[str], label_texts
     labels = batch.label_ids
     tok_l, uniq_l = _bag_tokens(model, [label_texts[i] for i in labels])
     P = len(labels)
-    uniq = len(np.union1d(np.unique(np.concatenate([model.encoder._ids(texts[i]) for i in batch.query_idx])),
-                          np.unique(np.concatenate([model.encoder._ids(label_texts[i]) for i in labels]))))
+    uniq = len(np.union1d(_flat_ids(model.encoder, [texts[i] for i in batch.query_idx]),
+                          _flat_ids(model.encoder, [label_texts[i] for i in labels])))
     flops = 3 * 2 * B * P * d + 3 * (tok_q + tok_l) * d
     moved = (tok_q + tok_l) * d * 4 * 2 + uniq * d * 4 * 7 + (B + P) * d * 4 * 2
     return float(moved), float(flops)

@@ -32,7 +32,7 @@ def xmc_index_refresh(repo_dir: str = ".", model: str = "dexml", force: bool = T
     with repo_lock(repo, orch["concurrency_limit_name"], orch["concurrency_wait_seconds"]):
         target = prediction_stage(repo, model)
         for stage in stage_order(repo, [target]):
-            is_index = stage == target
+            is_index = stage_from_address(stage) == target
             out[stage] = run_dvc_stage(stage, str(repo), force and is_index, timeout_seconds=stage_timeout(orch, stage))
         name = f"evaluate@{model}"
         evaluate = next(s for s in stage_order(repo, [name]) if stage_from_address(s) == name)

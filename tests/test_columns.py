@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xmc.data.columns import TextColumn, write_text_column
+from xmc.data.columns import TextColumn, take_texts, write_text_column
 from xmc.data.dataset import Split, XMCDataset, load_processed, save_processed
 from xmc.errors import DataFormatError
 
@@ -32,6 +32,20 @@ def test_column_round_trip_and_indexing(tmp_path):
     assert pickle.loads(pickle.dumps(col)) == TEXTS   # pickles as its paths (DataLoader workers, spawn)
     assert col != TEXTS[:-1] and col != [*TEXTS[:-1], "other"]
     assert col + ["z"] == [*TEXTS, "z"] and ["z"] + col == ["z", *TEXTS] and col + col == TEXTS + TEXTS
+
+
+def test_a_column_gathers_a_batch_of_rows_as_the_rows_one_by_one(tmp_path):
+    """Array indexing (a training step's batch) reads the rows' bytes in one gather: any order, repeats, negative
+    ids, empty and multi-byte strings, missing values; take_texts does the same for a column and a list."""
+    values = [*TEXTS, None, "ünï", ""]
+    write_text_column(tmp_path, "t", values)
+    col = TextColumn(tmp_path, "t")
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        idx = rng.integers(-len(values), len(values), rng.integers(0, 12))
+        want = [values[i] for i in idx]
+        assert col[idx] == want and take_texts(col, idx) == want and take_texts(values, idx) == want
+    assert col[np.array([1, 1, 8])] == ["", "", ""] and col[np.zeros(0, np.int64)] == []
 
 
 def test_column_with_missing_values_and_empty_column(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from xmc.encoders import HashedBagOfWordsEncoder, TransformerEncoder, build_encoder, load_encoder
+from xmc.encoders.bow import hashed_ngrams
 from xmc.errors import ConfigError
 
 TEXTS = ["The jury said the election was fair .", "bank (n): sloping land beside a body of water"]
@@ -94,8 +95,7 @@ def test_bow_training_forward_gathers_each_bucket_once_with_the_same_values_and_
         ref = enc(texts, "query")             # the plain EmbeddingBag path
     assert torch.allclose(out, ref, atol=1e-6)
     ref_enc = HashedBagOfWordsEncoder(dim=8, n_buckets=512, seed=0)
-    ids = [ref_enc._ids(t) for t in texts]
-    import numpy as np
+    ids = [np.asarray(hashed_ngrams(t, 512, 2)) for t in texts]
     import torch.nn.functional as F
 
     lengths = np.array([len(i) for i in ids])

@@ -18,6 +18,7 @@ import yaml
 from tests.pipeline_repo import ROOT
 from xmc.config import load_params
 from xmc.errors import ConfigError
+from xmc.io import pipeline_files
 from xmc.methods import METHODS, get_method
 from xmc.methods.base import Method, TrainerMethod, find_prediction
 from xmc.methods.runs import all_runs, find_run
@@ -86,7 +87,8 @@ def test_one_harness_builds_the_trainer_and_stages_stay_thin():
         assert _calls(p, "Trainer") == 0 and _calls(p, "ANNIndex") == 0, p.name
     for old in ("train_astra", "train_unidec", "train_ramen", "predict_unidec", "index", "maclr", "maclr_fewshot"):
         assert not (ROOT / "stages" / f"{old}.py").exists(), old
-    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    stages = {name: st for f in pipeline_files(ROOT) for name, st in yaml.safe_load(f.read_text())["stages"].items()}
+    assert {"train", "predict", "predict_unidec", "label_prior", "tfidf_knn"} <= set(stages)
     for name, st in stages.items():
         cmd = (st.get("do") or st)["cmd"]
         if name.startswith("train") and name != "train_xr_linear":  # the linear peer runs in its own environment

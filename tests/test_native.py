@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 import xmc.native as native
-from xmc.encoders.bow import HashedBagOfWordsEncoder
+from xmc.encoders.bow import HashedBagOfWordsEncoder, NgramIdCache, hashed_ngrams, hashed_ngrams_many
 from xmc.train.row_adam import RowAdam, sorted_unique_rows
 
 needs_compiler = pytest.mark.skipif(native._compiler() is None, reason="no C compiler on this machine")
@@ -140,7 +140,7 @@ def test_tied_bag_encodes_both_sides_in_one_pass_with_the_same_vectors_and_gradi
     # against torch's own bag op with a dense gradient
     enc = HashedBagOfWordsEncoder(dim=16, n_buckets=512, seed=3)
     table = enc.query_bag.weight.detach().clone().requires_grad_(True)
-    ids = [enc._ids(t) for t in queries + labels]
+    ids = [np.asarray(hashed_ngrams(t, 512, 2)) for t in queries + labels]
     lengths = np.array([len(i) for i in ids])
     w = torch.from_numpy(np.repeat(1 / np.sqrt(lengths), lengths).astype(np.float32))
     ref = torch.nn.functional.embedding_bag(torch.from_numpy(np.concatenate(ids)), table,
@@ -175,3 +175,49 @@ def test_tied_transformer_pair_reads_the_label_view():
         assert torch.allclose(q, enc(["he sat on the river bank"], "query"), atol=1e-5)
         assert torch.allclose(z, enc([LABEL], "label"), atol=1e-5)
         assert not torch.allclose(z, enc([LABEL], "query"), atol=1e-3)
+
+
+HASH_TEXTS = ["The cat sat on the mat.", "", "   ", "!!!", "one", "Two words", "snake_case and CamelCase 42x",
+              "tab\tnew\nline", "naïve café", "İstanbul STRASSE straße", "日本語 の テキスト", "a-b c.d e'f",
+              "x" * 3000, "MIXED case Words words WORDS", "12 345 6789"]
+
+
+@needs_compiler
+@pytest.mark.parametrize("ngram_max", [1, 2, 3])
+def test_hashing_kernel_gives_the_python_ids(fresh_cache, ngram_max):
+    """The C loop over ASCII texts (xmc/native/ngram_hash.c) and the Python function give the same ids in the same
+    order, for every text kind (non-ASCII texts stay with Python); so do both with the kernel switched off."""
+    rng = np.random.default_rng(ngram_max)
+    words = ["alpha", "Beta", "gamma_1", "DELTA", "e", "42", "zeta-eta", "theta.", "ïota", "Kappa's"]
+    texts = HASH_TEXTS + [" ".join(rng.choice(words, rng.integers(0, 30))) for _ in range(300)]
+    for n_buckets in (7, 1 << 18, (1 << 31) - 1):
+        want = [hashed_ngrams(t, n_buckets, ngram_max) for t in texts]
+        flat, counts = hashed_ngrams_many(texts, n_buckets, ngram_max)
+        assert counts.tolist() == [len(w) for w in want]
+        assert flat.tolist() == [i for w in want for i in w]
+    assert native.ngram_hash() is not None and any(fresh_cache.glob("ngram_hash-*.so"))
+
+
+def test_hashing_without_the_kernel_gives_the_same_ids(fresh_cache, monkeypatch):
+    monkeypatch.setenv("XMC_NATIVE", "0")
+    flat, counts = hashed_ngrams_many(HASH_TEXTS, 1 << 18, 2)
+    assert native.ngram_hash() is None
+    assert flat.tolist() == [i for t in HASH_TEXTS for i in hashed_ngrams(t, 1 << 18, 2)]
+
+
+def test_id_cache_gathers_batches_and_starts_over_when_full():
+    """NgramIdCache: a batch's ids equal each text's own, with repeats and new texts mixed in, also when a batch
+    makes the cache start over, and for a batch larger than the whole cache (hashed, not kept)."""
+    rng = np.random.default_rng(0)
+    pool = [f"text {i} with words {i % 7} and {i % 13}" for i in range(400)] + HASH_TEXTS
+    cache = NgramIdCache(1 << 10, 2, max_ids=2_000)
+    for _ in range(60):
+        batch = [pool[i] for i in rng.integers(0, len(pool), rng.integers(1, 60))]
+        flat, lengths = cache.ids(batch)
+        want = [hashed_ngrams(t, 1 << 10, 2) for t in batch]
+        assert lengths.tolist() == [len(w) for w in want] and flat.tolist() == [i for w in want for i in w]
+        assert int(cache._ptr[len(cache)]) <= 2_000
+    big = pool[:300]
+    flat, lengths = cache.ids(big)
+    assert flat.tolist() == [i for t in big for i in hashed_ngrams(t, 1 << 10, 2)]
+    assert flat.dtype == np.int64 and cache.ids([])[0].tolist() == []

@@ -151,7 +151,8 @@ def test_the_pipeline_files_make_one_graph(dvc_index) -> None:
         for name, st in doc["stages"].items():
             assert (REPO / f.parent / (st.get("do") or st)["wdir"]).resolve() == REPO, (f, name)
     by_file = {(Path(s.dvcfile.path).resolve(), s.name.split("@")[0]) for s in dvc_index.stages}
-    for group in ("evaluate", "evaluate_val", "evaluate_seed", "evaluate_ablation", "package"):
+    for group in ("predict", "predict_unidec", "fuse", "fuse_zero_shot", "evaluate", "evaluate_val", "evaluate_seed",
+                  "evaluate_ablation", "package"):
         assert any(g == group and f != REPO / "dvc.yaml" for f, g in by_file), group
     assert {s.name.split("@")[0] for s in dvc_index.stages} >= {"ingest", "train", "report", "evaluate", "package"}
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -160,4 +161,5 @@ def test_the_pipeline_files_make_one_graph(dvc_index) -> None:
     run = params["validated"][0]
     assert REPO / "evaluation" / "val" / f"{run}.npz" in out_paths
     assert REPO / "packages" / params["packages"][0] in out_paths
+    assert REPO / "predictions" / run in out_paths and REPO / "indexes" / f"{params['hybrid']['runs'][0]}_hybrid" in out_paths
     assert not inputs & {REPO / "evaluation" / "val", REPO / "metrics_val", REPO / "metrics"}, inputs

@@ -38,6 +38,106 @@ def hashed_ngrams(text: str, n_buckets: int, ngram_max: int = 2) -> list[int]:
     return ids or [0]
 
 
+def hashed_ngrams_many(texts: Sequence[str], n_buckets: int, ngram_max: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`hashed_ngrams` of every text: (their ids back to back as int64, each text's id count).
+
+    ASCII texts go to a C loop (``xmc/native/ngram_hash.c``: the same tokens, n-grams and CRC-32) in one call; the
+    others, and every text where no C compiler is found, go through :func:`hashed_ngrams`. The ids are equal either
+    way (``tests/test_native.py``)."""
+    from xmc import native
+
+    n = len(texts)
+    counts = np.zeros(n, np.int64)
+    parts: list[np.ndarray | None] = [None] * n
+    fn = native.ngram_hash() if n else None
+    ascii_rows = [i for i, t in enumerate(texts) if t.isascii()] if fn is not None else []
+    if ascii_rows:
+        raw = [texts[i].encode("ascii") for i in ascii_rows]
+        lengths = np.fromiter((len(b) for b in raw), np.int64, count=len(raw))
+        offsets = np.zeros(len(raw) + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        buf = np.frombuffer(b"".join(raw) or b"\0", dtype=np.uint8)
+        cap = ngram_max * (int(offsets[-1]) // 2 + len(raw)) + len(raw)
+        ids = np.empty(cap, np.int64)
+        got = np.empty(len(raw), np.int64)
+        w = fn(buf.ctypes.data, offsets.ctypes.data, len(raw), ngram_max, n_buckets, ids.ctypes.data,
+               got.ctypes.data, cap)
+        if w < 0:
+            raise MemoryError("the n-gram hashing kernel ran out of memory" if w == -2 else "n-gram id bound too small")
+        ends = np.cumsum(got)
+        for k, i in enumerate(ascii_rows):
+            parts[i] = ids[ends[k] - got[k]: ends[k]]
+    for i, t in enumerate(texts):
+        if parts[i] is None:
+            parts[i] = np.asarray(hashed_ngrams(t, n_buckets, ngram_max), dtype=np.int64)
+    for i, a in enumerate(parts):
+        counts[i] = len(a)  # type: ignore[arg-type]
+    flat = np.concatenate(parts) if n else np.zeros(0, np.int64)  # type: ignore[arg-type]
+    return flat, counts
+
+
+class NgramIdCache:
+    """text -> its hashed n-gram ids, kept as one flat array with per-text offsets, so the ids of a batch are one
+    gather instead of a lookup and a small array per text. Holds at most ``max_ids`` ids (int32 where the bucket
+    count allows); when a batch would pass that, the cache starts over (training reads the same texts every epoch,
+    prediction streams new ones)."""
+
+    def __init__(self, n_buckets: int, ngram_max: int, max_ids: int = 100_000_000) -> None:
+        self.n_buckets, self.ngram_max, self.max_ids = n_buckets, ngram_max, max_ids
+        self._dtype = np.int32 if n_buckets <= np.iinfo(np.int32).max else np.int64
+        self.clear()
+
+    def clear(self) -> None:
+        self._slot: dict[str, int] = {}
+        self._flat = np.zeros(1 << 16, self._dtype)
+        self._ptr = np.zeros(1 << 12, np.int64)   # _ptr[s] .. _ptr[s + 1]: slot s's ids
+        self._n_slots = 0
+
+    def __len__(self) -> int:
+        return self._n_slots
+
+    def _store(self, texts: list[str], flat: np.ndarray, counts: np.ndarray) -> None:
+        used = int(self._ptr[self._n_slots])
+        if used + len(flat) > len(self._flat):
+            grown = np.zeros(max(2 * len(self._flat), used + len(flat)), self._dtype)
+            grown[:used] = self._flat[:used]
+            self._flat = grown
+        if self._n_slots + len(texts) + 1 > len(self._ptr):
+            grown_ptr = np.zeros(max(2 * len(self._ptr), self._n_slots + len(texts) + 1), np.int64)
+            grown_ptr[: self._n_slots + 1] = self._ptr[: self._n_slots + 1]
+            self._ptr = grown_ptr
+        self._flat[used: used + len(flat)] = flat
+        s0 = self._n_slots
+        self._ptr[s0 + 1: s0 + len(texts) + 1] = used + np.cumsum(counts)
+        for k, t in enumerate(texts):
+            self._slot[t] = s0 + k
+        self._n_slots += len(texts)
+
+    def ids(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(the texts' ids back to back, int64; each text's id count)."""
+        get = self._slot.get
+        slots = [get(t, -1) for t in texts]
+        if -1 in slots:
+            new = list(dict.fromkeys(t for t, s in zip(texts, slots) if s < 0))
+            flat, counts = hashed_ngrams_many(new, self.n_buckets, self.ngram_max)
+            if int(self._ptr[self._n_slots]) + len(flat) > self.max_ids:
+                # full: start over with this batch's texts only (hashing again the ones it already held)
+                self.clear()
+                new = list(dict.fromkeys(texts))
+                flat, counts = hashed_ngrams_many(new, self.n_buckets, self.ngram_max)
+                if len(flat) > self.max_ids:   # a batch larger than the whole cache: hashed, not kept
+                    return hashed_ngrams_many(list(texts), self.n_buckets, self.ngram_max)
+            self._store(new, flat, counts)
+            slots = [self._slot[t] for t in texts]
+        s = np.asarray(slots, dtype=np.int64)
+        starts = self._ptr[s]
+        lengths = self._ptr[s + 1] - starts
+        total = int(lengths.sum())
+        # positions of each text's run: start of the run, then +1 per id (one gather, no per-text slices)
+        pos = np.repeat(starts - (np.cumsum(lengths) - lengths), lengths) + np.arange(total)
+        return self._flat[pos].astype(np.int64), lengths
+
+
 class _WeightedBags(torch.autograd.Function):
     """``out[b] = Σ_k w_k table[ids_k]`` over bag b's entries, with a sparse row gradient for the table.
 
@@ -83,21 +183,12 @@ class HashedBagOfWordsEncoder(TextEncoder):
             with torch.no_grad():
                 self.label_bag.weight.copy_(self.query_bag.weight)
         self.dropout = nn.Dropout(dropout)
-        self._cache: dict[str, np.ndarray] = {}
-
-    def _ids(self, text: str) -> np.ndarray:
-        ids = self._cache.get(text)
-        if ids is None:
-            ids = np.asarray(hashed_ngrams(text, self.n_buckets, self.ngram_max), dtype=np.int64)
-            if len(self._cache) < 2_000_000:
-                self._cache[text] = ids
-        return ids
+        self._id_cache = NgramIdCache(n_buckets, ngram_max)
 
     def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:
         if side not in SIDES:
             raise ValueError(f"side must be one of {SIDES}")
-        return self._bags([self._ids(t) for t in self.side_texts(texts, side)],
-                          self.query_bag if side == "query" else self.label_bag)
+        return self._bags(self.side_texts(texts, side), self.query_bag if side == "query" else self.label_bag)
 
     def encode_pair(self, query_texts: Sequence[str], label_texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Tied: both sides' bags in one pass over the table, so a training step gathers each distinct bucket once
@@ -105,14 +196,12 @@ class HashedBagOfWordsEncoder(TextEncoder):
         if not self.tied:
             return super().encode_pair(query_texts, label_texts)
         queries = list(query_texts)
-        ids = [self._ids(t) for t in queries] + [self._ids(t) for t in self.side_texts(list(label_texts), "label")]
-        v = self._bags(ids, self.query_bag)
+        v = self._bags(queries + self.side_texts(list(label_texts), "label"), self.query_bag)
         return v[: len(queries)], v[len(queries):]
 
-    def _bags(self, ids: list[np.ndarray], bag: nn.EmbeddingBag) -> torch.Tensor:
-        """The normalised 1/sqrt(n)-weighted bag sums of these hashed id lists."""
-        lengths = np.fromiter((len(i) for i in ids), dtype=np.int64, count=len(ids))
-        flat = np.concatenate(ids)
+    def _bags(self, texts: Sequence[str], bag: nn.EmbeddingBag) -> torch.Tensor:
+        """The normalised 1/sqrt(n)-weighted bag sums of these texts' hashed n-grams."""
+        flat, lengths = self._id_cache.ids(texts)
         offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]])).to(self.device)
         # 1/sqrt(n) weights: long texts do not dominate, short ones are not drowned
         w = torch.from_numpy(np.repeat(1.0 / np.sqrt(lengths), lengths).astype(np.float32)).to(self.device)

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 import torch
 
 from xmc.config.schema import MaclrStage1, MaclrStage2, filled
+from xmc.data.columns import take_texts
 from xmc.encoders.base import TextEncoder
 from xmc.losses import build_loss
 from xmc.maclr.clustering import ClusterSchedule, kmeans_assign
@@ -145,7 +146,7 @@ class MACLRObjective(Objective):
 
     def forward(self, model: DualEncoderModel, batch: CandidateBatch, query_texts) -> torch.Tensor:
         enc = model.encoder
-        ctx = [query_texts[i] for i in batch.query_idx]
+        ctx = take_texts(query_texts, batch.query_idx)
         q = enc(ctx, "query")
         z = enc(batch.extras["pseudo_labels"], "label")
         same = batch.positives.to(q.device)

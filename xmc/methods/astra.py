@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmc.data.columns import take_texts
 from xmc.encoders import TextEncoder, load_encoder
 from xmc.errors import ConfigError
 from xmc.io import load_tensors
@@ -299,7 +300,7 @@ class ASTRANegatives(NegativeSampler):
         # the unseen queries' current encodings without marking them seen; otherwise the buffer is read as is
         qv = self.query_buffer.copy() if self.async_refresh or len(missing) else self.query_buffer
         if len(missing):
-            qv[missing] = model.query_vectors_np([query_texts[i] for i in missing], self.encode_batch_size, False)
+            qv[missing] = model.query_vectors_np(take_texts(query_texts, missing), self.encode_batch_size, False)
         qv[~has] = np.nan  # queries without positives are never trained on
         if self.mine_with != "classifiers":
             return qv, model.label_text_vectors(self.encode_batch_size), 0
@@ -502,7 +503,7 @@ class ASTRAObjective(Objective):
     summed over a query's candidates and averaged over the batch's queries."""
 
     def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
-        q = model.query_vectors([query_texts[i] for i in batch.query_idx])  # B x (d+1)
+        q = model.query_vectors(take_texts(query_texts, batch.query_idx))  # B x (d+1)
         record = batch.extras.get("record")
         if record is not None:
             record(batch.query_idx, q)
@@ -534,7 +535,7 @@ class ASTRAObjective(Objective):
 def full_ova_loss(model: ASTRAModel, Y: sp.csr_matrix, query_idx: np.ndarray, texts: Sequence[str]) -> torch.Tensor:
     """The full one-vs-all BCE (paper eq. 1) of the given queries: every label scored. For tests and
     the scale benchmark's all-labels peer."""
-    q = model.query_vectors([texts[i] for i in query_idx])
+    q = model.query_vectors(take_texts(texts, query_idx))
     s = (q @ model.W.weight.T).float()
     y = torch.from_numpy(Y.tocsr()[query_idx].toarray() > 0).to(s.device).float()
     return F.binary_cross_entropy_with_logits(s, y, reduction="none").sum(1).mean()

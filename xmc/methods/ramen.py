@@ -33,6 +33,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
+from xmc.data.columns import take_texts
 from xmc.data.dataset import XMCDataset
 from xmc.encoders import build_encoder
 from xmc.errors import ConfigError
@@ -273,7 +274,7 @@ class RamenObjective(Objective):
         self.reg_loss, self.margin, self.temperature = reg_loss, float(margin), float(temperature)
 
     def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
-        texts = [query_texts[i] for i in batch.query_idx]
+        texts = take_texts(query_texts, batch.query_idx)
         extra = batch.extras.get("extra_label_ids", np.zeros(0, np.int64))
         n_pool = len(batch.label_ids)
         all_labels = np.concatenate([batch.label_ids, extra]).astype(np.int64)

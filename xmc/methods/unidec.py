@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmc.ann import ANNIndex
+from xmc.data.columns import take_texts
 from xmc.encoders import TextEncoder, load_encoder
 from xmc.errors import ConfigError
 from xmc.io import load_tensors
@@ -351,7 +352,7 @@ class UniDECObjective(Objective):
     def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
         if batch.label_ids is None:
             raise ConfigError("UniDEC trains on a label pool; an all-labels batch has no PSL pool")
-        q_de, q_clf = model.query_heads([query_texts[i] for i in batch.query_idx])
+        q_de, q_clf = model.query_heads(take_texts(query_texts, batch.query_idx))
         z_de = model.label_de(batch.label_ids)
         pos = batch.positives.to(q_de.device)
         s_de = (q_de @ z_de.T).float()

@@ -105,3 +105,15 @@ def row_adam() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     fn.restype = ctypes.c_int
     fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float] * 5 + [ctypes.c_int]
     return fn
+
+
+def ngram_hash() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """``xmc_hash_ngrams_ascii(texts, offsets, n_texts, ngram_max, n_buckets, out_ids, out_counts, cap)``, or None."""
+    lib = load("ngram_hash")
+    if lib is None:
+        return None
+    fn = lib.xmc_hash_ngrams_ascii
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_int64,
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    return fn

@@ -12,6 +12,7 @@ import torch
 
 from xmc.ann import ANNIndex
 from xmc.config.schema import NegativesConfig, filled
+from xmc.data.columns import take_texts
 from xmc.errors import ConfigError
 from xmc.negatives.base import CandidateBatch, NegativeSampler, pool_batch, positives_mask
 from xmc.negatives.membership import in_csr_rows
@@ -195,7 +196,7 @@ class HardNegativeShortlist(InBatchNegatives):
     def _refresh(self, model: Any, query_texts: list[str], rows: np.ndarray | None = None) -> None:
         t0 = time.perf_counter()
         label_vecs = model.all_label_vectors(batch_size=self.encode_batch_size)
-        texts = query_texts if rows is None else [query_texts[i] for i in rows]
+        texts = query_texts if rows is None else take_texts(query_texts, rows)
         query_vecs = model.query_vectors_np(texts, batch_size=self.encode_batch_size)
         self.refresh_from_vectors(query_vecs, label_vecs, rows)
         self.refresh_seconds.append(time.perf_counter() - t0)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from xmc.data.columns import take_texts
 from xmc.negatives.base import CandidateBatch
 
 
@@ -47,7 +48,7 @@ class RetrievalObjective(Objective):
         self.loss = loss
 
     def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
-        texts = [query_texts[i] for i in batch.query_idx]
+        texts = take_texts(query_texts, batch.query_idx)
         if hasattr(model, "pair_vectors"):
             q, z = model.pair_vectors(texts, batch.label_ids)
         else:

@@ -27,6 +27,7 @@ from torch import nn
 from tqdm import tqdm
 
 from xmc.config.schema import TrainSection, filled
+from xmc.data.columns import take_texts
 from xmc.logs import kv
 from xmc.train.live import TrainingLog
 from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
@@ -283,7 +284,7 @@ class Trainer:
     def _step(self, batch: CandidateBatch) -> float:
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.use_amp):
             if batch.label_ids is None and not self.objective.handles_all_labels:
-                texts = [self.query_texts[i] for i in batch.query_idx]
+                texts = take_texts(self.query_texts, batch.query_idx)
                 pos, valid, weights = Objective.targets(batch, self.device)
                 return self._all_labels_step(texts, pos, valid, weights)
             loss = self.objective(self.model, batch, self.query_texts)
