@@ -220,4 +220,9 @@ def test_id_cache_gathers_batches_and_starts_over_when_full():
     big = pool[:300]
     flat, lengths = cache.ids(big)
     assert flat.tolist() == [i for t in big for i in hashed_ngrams(t, 1 << 10, 2)]
+    by_count = NgramIdCache(1 << 10, 2, max_texts=25)   # the text bound starts it over too
+    for _ in range(30):
+        batch = [pool[i] for i in rng.integers(0, len(pool), rng.integers(1, 20))]
+        assert by_count.ids(batch)[0].tolist() == [i for t in batch for i in hashed_ngrams(t, 1 << 10, 2)]
+        assert len(by_count) <= 25
     assert flat.dtype == np.int64 and cache.ids([])[0].tolist() == []

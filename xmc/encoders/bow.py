@@ -78,12 +78,12 @@ def hashed_ngrams_many(texts: Sequence[str], n_buckets: int, ngram_max: int = 2)
 
 class NgramIdCache:
     """text -> its hashed n-gram ids, kept as one flat array with per-text offsets, so the ids of a batch are one
-    gather instead of a lookup and a small array per text. Holds at most ``max_ids`` ids (int32 where the bucket
-    count allows); when a batch would pass that, the cache starts over (training reads the same texts every epoch,
-    prediction streams new ones)."""
+    gather instead of a lookup and a small array per text. Holds at most ``max_texts`` texts and ``max_ids`` ids
+    (int32 where the bucket count allows); when a batch would pass either, the cache starts over (training reads
+    the same texts every epoch, prediction streams new ones)."""
 
-    def __init__(self, n_buckets: int, ngram_max: int, max_ids: int = 100_000_000) -> None:
-        self.n_buckets, self.ngram_max, self.max_ids = n_buckets, ngram_max, max_ids
+    def __init__(self, n_buckets: int, ngram_max: int, max_ids: int = 100_000_000, max_texts: int = 2_000_000) -> None:
+        self.n_buckets, self.ngram_max, self.max_ids, self.max_texts = n_buckets, ngram_max, max_ids, max_texts
         self._dtype = np.int32 if n_buckets <= np.iinfo(np.int32).max else np.int64
         self.clear()
 
@@ -95,6 +95,10 @@ class NgramIdCache:
 
     def __len__(self) -> int:
         return self._n_slots
+
+    def _fits(self, n_texts: int, n_ids: int) -> bool:
+        return (self._n_slots + n_texts <= self.max_texts
+                and int(self._ptr[self._n_slots]) + n_ids <= self.max_ids)
 
     def _store(self, texts: list[str], flat: np.ndarray, counts: np.ndarray) -> None:
         used = int(self._ptr[self._n_slots])
@@ -120,12 +124,12 @@ class NgramIdCache:
         if -1 in slots:
             new = list(dict.fromkeys(t for t, s in zip(texts, slots) if s < 0))
             flat, counts = hashed_ngrams_many(new, self.n_buckets, self.ngram_max)
-            if int(self._ptr[self._n_slots]) + len(flat) > self.max_ids:
+            if not self._fits(len(new), len(flat)):
                 # full: start over with this batch's texts only (hashing again the ones it already held)
                 self.clear()
                 new = list(dict.fromkeys(texts))
                 flat, counts = hashed_ngrams_many(new, self.n_buckets, self.ngram_max)
-                if len(flat) > self.max_ids:   # a batch larger than the whole cache: hashed, not kept
+                if not self._fits(len(new), len(flat)):   # a batch larger than the whole cache: hashed, not kept
                     return hashed_ngrams_many(list(texts), self.n_buckets, self.ngram_max)
             self._store(new, flat, counts)
             slots = [self._slot[t] for t in texts]
