@@ -475,6 +475,44 @@ def main(argv: list[str] | None = None) -> None:
         collect(args.dirs, tuple(x for x in args.peers.split(",") if x), keep=not args.fresh)
 
 
+def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = None) -> dict[str, Any] | None:
+    """A GPU run's predictions that came back (``call_dir/predictions/<variant>``) fused here with the label-name
+    retriever as the pipeline's fuse stage does (weights fit on validation, cross-fitted there; ``<variant>_hybrid``),
+    then evaluated by the evaluate stage, in a workspace holding the carried data. None when the call brought no
+    predictions of ``variant`` or params has no hybrid of it. Returns the metrics of both splits and the folder
+    of the evaluation files."""
+    from stages import evaluate as evaluate_stage
+    from xmc.config import load_params
+    from xmc.lexical.fuse import SUFFIX, fuse_run
+
+    pred = call_dir / "predictions" / variant
+    if not all((pred / f"{s}_topk.npz").is_file() for s in ("val", "tst")):
+        return None
+    params = load_params(ROOT / "params.yaml")
+    if variant not in params["hybrid"]["runs"]:
+        return None
+    ws = call_dir / "fuse_workspace"
+    (ws / "predictions").mkdir(parents=True, exist_ok=True)
+    with tarfile.open((carry or CARRY) / "data.tar.xz") as tar:
+        tar.extractall(ws, filter=lambda m, dest: tarfile.data_filter(m, dest) if m.name.startswith("data/processed")
+                       else None)
+    shutil.copy2(ROOT / "params.yaml", ws / "params.yaml")
+    shutil.copytree(pred, ws / "predictions" / variant, dirs_exist_ok=True)
+    hybrid = variant + SUFFIX
+    cwd = Path.cwd()
+    os.chdir(ws)
+    try:
+        summary = fuse_run(params, variant, ws, with_predictor=False)
+        evaluate_stage.main([hybrid, "--split", "tst"])
+        evaluate_stage.main([hybrid, "--split", "val"])
+    finally:
+        os.chdir(cwd)
+    return {"variant": hybrid, "fusion": summary,
+            "metrics": json.loads((ws / "metrics" / f"{hybrid}.json").read_text()),
+            "metrics_val": json.loads((ws / "metrics_val" / f"{hybrid}.json").read_text()),
+            "evaluation": ws / "evaluation"}
+
+
 def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: bool = True) -> dict[str, Any]:
     """The files of one or more device calls (in order) -> ``bench/gpu_profiles.json`` (every row, less its
     metrics, with the call it came from), ``metrics/gpu/<variant>.json`` and ``metrics_val/gpu/<variant>.json``
@@ -512,10 +550,12 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
         def contrib(row: dict[str, Any], v: str) -> InstanceContributions:
             return InstanceContributions.load(Path(tmp) / str(row["call"]) / "evaluation" / "tst" / f"{v}.npz")
 
+        written: set[str] = set()
         for v, row in best.items():
             kept = ROOT / "metrics" / "gpu" / f"{v}.json"
             if kept.exists() and int(json.loads(kept.read_text()).get("epochs", 0)) > row["epochs"]:
                 continue   # an earlier lease trained this variant longer
+            written.add(v)
             for split, mdir in (("tst", "metrics"), ("val", "metrics_val")):
                 dest = ROOT / mdir / "gpu" / f"{v}.json"
                 dest.parent.mkdir(parents=True, exist_ok=True)
@@ -539,6 +579,31 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
                     against.append({"variant": v, "epochs": row["epochs"], "call": row["call"], "peer": peer,
                                     **paired_bootstrap(contrib(row, v), InstanceContributions.load(peer_npz),
                                                        metric)})
+        for v, row in best.items():   # the GPU run fused with the label names, as the CPU runs' hybrids are
+            if v not in written:
+                continue
+            fused = _fuse_with_label_names(Path(tmp) / str(row["call"]), v)
+            if fused is None:
+                continue
+            h = fused["variant"]
+            row.setdefault("hybrids", {})[h] = {"fusion": fused["fusion"]["fusion"],
+                                                "candidates_per_text": fused["fusion"]["candidates_per_text"]}
+            for split, mdir, key in (("tst", "metrics", "metrics"), ("val", "metrics_val", "metrics_val")):
+                dest = ROOT / mdir / "gpu" / f"{h}.json"
+                dest.write_text(json.dumps({**fused[key], "epochs": row["epochs"], "profile_epochs":
+                                            row["profile_epochs"], "device": calls[row["call"] - 1]["device"],
+                                            "base": v}, indent=2) + "\n")
+                shutil.copy2(fused["evaluation"] / split / f"{h}.npz", ROOT / "evaluation" / "gpu" / split / f"{h}.npz")
+            mine = InstanceContributions.load(fused["evaluation"] / "tst" / f"{h}.npz")
+            # against the GPU run alone (what the names add), then the CPU peers (h's own CPU hybrid among them)
+            versus = [(f"{v} (GPU)", ROOT / "evaluation" / "gpu" / "tst" / f"{v}.npz")]
+            versus += [(p, ROOT / "evaluation" / "tst" / f"{p}.npz") for p in dict.fromkeys((*peers, h))]
+            for peer, peer_npz in versus:
+                if not peer_npz.exists():
+                    continue
+                for metric in ("P@1", "P@5", "PSP@5", "R@100"):
+                    against.append({"variant": h, "epochs": row["epochs"], "call": row["call"], "peer": peer,
+                                    **paired_bootstrap(mine, InstanceContributions.load(peer_npz), metric)})
     for row in new_rows:
         row.pop("metrics", None)
         row.pop("metrics_val", None)
@@ -550,7 +615,8 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
         print(f"  {x['variant']} {x['a_epochs']} vs {x['b_epochs']} epochs: {x['metric']} {x['diff']:+.2f} "
               f"{x['ci95']} p={x['p_value']:.3f}")
     for x in against[len(old.get("paired_against_cpu", [])):]:
-        print(f"  {x['variant']} (GPU, {x['epochs']} epochs) vs {x['peer']} (CPU): {x['metric']} {x['a']:.2f} vs "
+        side = "" if x["peer"].endswith("(GPU)") else " (CPU)"
+        print(f"  {x['variant']} (GPU, {x['epochs']} epochs) vs {x['peer']}{side}: {x['metric']} {x['a']:.2f} vs "
               f"{x['b']:.2f}, {x['diff']:+.2f} {x['ci95']} p={x['p_value']:.3f}")
     return result
 

@@ -147,3 +147,61 @@ def test_collect_keeps_earlier_leases_and_tests_longer_runs_and_cpu_peers(tmp_pa
     longer = [x for x in both["paired_more_epochs"] if x["metric"] == "P@1"]
     assert [(x["variant"], x["a_epochs"], x["b_epochs"]) for x in longer] == [("dexml", 20, 1)]
     assert longer[0]["diff"] > 0 and longer[0]["p_value"] < 0.05
+
+
+def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_here(tmp_path, monkeypatch):
+    """collect's hybrid step: the predictions a GPU call brought back + the carried data -> the fuse stage's
+    fusion (fit on validation) and the evaluate stage's metrics of ``<run>_hybrid``. The base run ranks the
+    gold label second; the names in the texts put it first, so the hybrid must beat the base on P@1."""
+    import shutil
+    import tarfile
+
+    import scipy.sparse as sp
+
+    import bench.gpu_profiles as gp
+    from xmc.data import Split, XMCDataset, save_processed
+    from xmc.predictions import TopK
+
+    labels = ["bank (n): sloping land beside a body of water",
+              "bank, banking company (n): a financial institution that accepts deposits",
+              "river (n): a large natural stream of water",
+              "breathe, take a breath, respire (v): draw air into, and expel out of, the lungs",
+              "half (n): one of two equal parts", "angstrom (n): a metric unit of length"]
+    texts = {0: "we sat on the bank of the river", 1: "the bank accepts deposits", 2: "the river was high",
+             3: "take a breath", 4: "cut it in half", 5: "an angstrom is small"}
+    rng = np.random.default_rng(0)
+
+    def split(prefix: str, n: int) -> Split:
+        gold = rng.integers(0, len(labels), n)
+        Y = sp.csr_matrix((np.ones(n), (np.arange(n), gold)), shape=(n, len(labels)))
+        return Split([f"{prefix}{i}" for i in range(n)], [texts[g] for g in gold], Y, [f"{prefix}d{i % 6}" for i in range(n)])
+
+    ds = XMCDataset([f"L{i}" for i in range(len(labels))], labels, split("t", 40), split("s", 24),
+                    meta={"layout": "test"}, val=split("v", 36))
+    work = tmp_path / "work"
+    save_processed(ds, work / "data/processed")
+    carry = tmp_path / "carry"
+    carry.mkdir()
+    with tarfile.open(carry / "data.tar.xz", "w:xz") as tar:
+        tar.add(work / "data/processed", arcname="data/processed")
+    call = tmp_path / "call"
+    for name, sp_ in (("val", ds.val), ("tst", ds.tst)):
+        gold = sp_.Y.indices
+        second = (gold + 1) % len(labels)   # the base ranks a wrong label first, the gold one second
+        rest = [(gold + k) % len(labels) for k in range(2, len(labels))]
+        idx = np.stack([second, gold, *rest], 1).astype(np.int32)
+        scores = np.tile(np.linspace(1.0, 0.5, len(labels), dtype=np.float32), (len(gold), 1))
+        TopK(idx, scores).save(call / "predictions" / "dexml" / f"{name}_topk.npz")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    shutil.copy2(ROOT / "params.yaml", repo / "params.yaml")
+    monkeypatch.setattr(gp, "ROOT", repo)
+    monkeypatch.chdir(tmp_path)
+
+    assert gp._fuse_with_label_names(call, "astra_hybrid", carry) is None   # no predictions of it came back
+    fused = gp._fuse_with_label_names(call, "dexml", carry)
+    assert fused["variant"] == "dexml_hybrid" and Path.cwd() == tmp_path
+    assert fused["fusion"]["fusion"]["features"][0] == "method_score"
+    for key in ("metrics", "metrics_val"):
+        assert fused[key]["P@1"] > 50.0, fused[key]["P@1"]   # the base's P@1 is 0
+    assert {p.name for p in (fused["evaluation"] / "tst").iterdir()} == {"dexml_hybrid.npz"}

@@ -32,8 +32,11 @@ def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.
     return np.array([fold_of[str(g)] if g is not None else i % n_folds for i, g in enumerate(groups)], np.int64)
 
 
-def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_shot: bool = False) -> dict[str, Any]:
-    """``zero_shot``: read no training data (``<run>_zs_hybrid``): the fusion is the label-name retriever's
+def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_shot: bool = False,
+             with_predictor: bool = True) -> dict[str, Any]:
+    """``with_predictor``: also write ``indexes/<run>_hybrid`` (the model package's hybrid predictor over the run's
+    index); without it only the predictions are written (a run trained elsewhere whose index is not here, e.g. the
+    GPU profiles). ``zero_shot``: read no training data (``<run>_zs_hybrid``): the fusion is the label-name retriever's
     zero-shot score plus a weighted method score (:func:`xmc.lexical.hybrid.zero_shot_fusion`), the two weights
     chosen on the validation split from ``hybrid.zero_shot`` grids; otherwise (``<run>_hybrid``) a logistic
     fusion fit on validation, with the training label counts among its features."""
@@ -102,9 +105,11 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_sho
         D, I = ranker.rank(ds.tst.texts, tst.scores, tst.indices, k)
         TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "tst_topk.npz")
     rank_seconds = time.perf_counter() - t0 if "tst" in splits else None
-    with atomic_dir(root / "indexes" / out_name) as tmp:
-        section = HybridPredictor.build(root / "indexes" / name, tmp, ds.label_texts, {"ranker": ranker, "base_k": k})
-        (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
+    if with_predictor:
+        with atomic_dir(root / "indexes" / out_name) as tmp:
+            section = HybridPredictor.build(root / "indexes" / name, tmp, ds.label_texts,
+                                            {"ranker": ranker, "base_k": k})
+            (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
     base_timing = read_json(base_dir / "timing.json") if (base_dir / "timing.json").is_file() else {}
     summary = {"train_seconds": round(float(base_timing.get("train_seconds", 0.0)) + fit_seconds, 2),
                "fusion_fit_seconds": round(fit_seconds, 2),
