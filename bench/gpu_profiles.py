@@ -491,12 +491,13 @@ def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = No
     params = load_params(ROOT / "params.yaml")
     if variant not in params["hybrid"]["runs"]:
         return None
-    ws = call_dir / "fuse_workspace"
+    ws = call_dir / "fuse_workspace"   # one per call: the runs of a call share its data
     (ws / "predictions").mkdir(parents=True, exist_ok=True)
-    with tarfile.open((carry or CARRY) / "data.tar.xz") as tar:
-        tar.extractall(ws, filter=lambda m, dest: tarfile.data_filter(m, dest) if m.name.startswith("data/processed")
-                       else None)
-    shutil.copy2(ROOT / "params.yaml", ws / "params.yaml")
+    if not (ws / "data" / "processed").is_dir():
+        with tarfile.open((carry or CARRY) / "data.tar.xz") as tar:
+            tar.extractall(ws, filter=lambda m, dest: tarfile.data_filter(m, dest)
+                           if m.name.startswith("data/processed") else None)
+        shutil.copy2(ROOT / "params.yaml", ws / "params.yaml")
     shutil.copytree(pred, ws / "predictions" / variant, dirs_exist_ok=True)
     hybrid = variant + SUFFIX
     cwd = Path.cwd()
