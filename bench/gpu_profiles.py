@@ -551,35 +551,42 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
         def contrib(row: dict[str, Any], v: str) -> InstanceContributions:
             return InstanceContributions.load(Path(tmp) / str(row["call"]) / "evaluation" / "tst" / f"{v}.npz")
 
+        def record(v: str, row: dict[str, Any], tst: dict[str, Any], val: dict[str, Any], evaluation: Path,
+                   **extra: Any) -> None:
+            """``v``'s metrics (tagged with the run's epochs and device) and per-instance files -> the repo."""
+            for split, mdir, m in (("tst", "metrics", tst), ("val", "metrics_val", val)):
+                dest = ROOT / mdir / "gpu" / f"{v}.json"
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.write_text(json.dumps({**m, "epochs": row["epochs"], "profile_epochs": row["profile_epochs"],
+                                            "device": calls[row["call"] - 1]["device"], **extra}, indent=2) + "\n")
+                npz = ROOT / "evaluation" / "gpu" / split / f"{v}.npz"
+                npz.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(evaluation / split / f"{v}.npz", npz)
+
+        def pair_against(v: str, row: dict[str, Any], mine: InstanceContributions,
+                         versus: list[tuple[str, Path]]) -> None:
+            """Paired bootstrap of ``v`` against each peer whose per-instance file is here (same test instances)."""
+            for peer, peer_npz in versus:
+                if not peer_npz.exists():
+                    continue
+                for metric in ("P@1", "P@5", "PSP@5", "R@100"):
+                    against.append({"variant": v, "epochs": row["epochs"], "call": row["call"], "peer": peer,
+                                    **paired_bootstrap(mine, InstanceContributions.load(peer_npz), metric)})
+
         written: set[str] = set()
         for v, row in best.items():
             kept = ROOT / "metrics" / "gpu" / f"{v}.json"
             if kept.exists() and int(json.loads(kept.read_text()).get("epochs", 0)) > row["epochs"]:
                 continue   # an earlier lease trained this variant longer
             written.add(v)
-            for split, mdir in (("tst", "metrics"), ("val", "metrics_val")):
-                dest = ROOT / mdir / "gpu" / f"{v}.json"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                m = row["metrics" if split == "tst" else "metrics_val"][v]
-                dest.write_text(json.dumps({**m, "epochs": row["epochs"], "profile_epochs": row["profile_epochs"],
-                                            "device": calls[row["call"] - 1]["device"]}, indent=2) + "\n")
-                npz = ROOT / "evaluation" / "gpu" / split / f"{v}.npz"
-                npz.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(Path(tmp) / str(row["call"]) / "evaluation" / split / f"{v}.npz", npz)
+            record(v, row, row["metrics"][v], row["metrics_val"][v], Path(tmp) / str(row["call"]) / "evaluation")
             for other in new_rows:   # the same variant from another call, fewer epochs: does training longer help?
                 if other is row or v not in (other.get("metrics") or {}) or other["epochs"] >= row["epochs"]:
                     continue
                 for metric in ("P@1", "P@5"):
                     paired.append({"variant": v, "a_epochs": row["epochs"], "b_epochs": other["epochs"],
                                    **paired_bootstrap(contrib(row, v), contrib(other, v), metric)})
-            for peer in peers:   # the GPU run against a CPU run on the same test instances
-                peer_npz = ROOT / "evaluation" / "tst" / f"{peer}.npz"
-                if not peer_npz.exists():
-                    continue
-                for metric in ("P@1", "P@5", "PSP@5", "R@100"):
-                    against.append({"variant": v, "epochs": row["epochs"], "call": row["call"], "peer": peer,
-                                    **paired_bootstrap(contrib(row, v), InstanceContributions.load(peer_npz),
-                                                       metric)})
+            pair_against(v, row, contrib(row, v), [(p, ROOT / "evaluation" / "tst" / f"{p}.npz") for p in peers])
         for v, row in best.items():   # the GPU run fused with the label names, as the CPU runs' hybrids are
             if v not in written:
                 continue
@@ -589,22 +596,11 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
             h = fused["variant"]
             row.setdefault("hybrids", {})[h] = {"fusion": fused["fusion"]["fusion"],
                                                 "candidates_per_text": fused["fusion"]["candidates_per_text"]}
-            for split, mdir, key in (("tst", "metrics", "metrics"), ("val", "metrics_val", "metrics_val")):
-                dest = ROOT / mdir / "gpu" / f"{h}.json"
-                dest.write_text(json.dumps({**fused[key], "epochs": row["epochs"], "profile_epochs":
-                                            row["profile_epochs"], "device": calls[row["call"] - 1]["device"],
-                                            "base": v}, indent=2) + "\n")
-                shutil.copy2(fused["evaluation"] / split / f"{h}.npz", ROOT / "evaluation" / "gpu" / split / f"{h}.npz")
-            mine = InstanceContributions.load(fused["evaluation"] / "tst" / f"{h}.npz")
+            record(h, row, fused["metrics"], fused["metrics_val"], fused["evaluation"], base=v)
             # against the GPU run alone (what the names add), then the CPU peers (h's own CPU hybrid among them)
             versus = [(f"{v} (GPU)", ROOT / "evaluation" / "gpu" / "tst" / f"{v}.npz")]
             versus += [(p, ROOT / "evaluation" / "tst" / f"{p}.npz") for p in dict.fromkeys((*peers, h))]
-            for peer, peer_npz in versus:
-                if not peer_npz.exists():
-                    continue
-                for metric in ("P@1", "P@5", "PSP@5", "R@100"):
-                    against.append({"variant": h, "epochs": row["epochs"], "call": row["call"], "peer": peer,
-                                    **paired_bootstrap(mine, InstanceContributions.load(peer_npz), metric)})
+            pair_against(h, row, InstanceContributions.load(fused["evaluation"] / "tst" / f"{h}.npz"), versus)
     for row in new_rows:
         row.pop("metrics", None)
         row.pop("metrics_val", None)
