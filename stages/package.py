@@ -42,17 +42,31 @@ def main() -> None:
     params = load_params()
     if name not in params["packages"]:
         raise ConfigError(f"params.yaml: no package {name!r} under 'packages' (have: {sorted(params['packages'])})")
-    run, method, options = find_prediction(params, name)
+    ens = params["hybrid"]["ensemble"]
+    if ens["members"] and name == ens["name"]:   # the ensemble hybrid: every member's run and training
+        method_name = "ensemble"
+        run_params: dict[str, Any] = {"method": method_name, "members": {}}
+        training: dict[str, Any] = {"train_seconds": 0.0}
+        for member in ens["members"]:
+            run, method, options = find_prediction(params, member)
+            run_params["members"][member] = {"run": run.name, "method": run.method, **run.config, **options}
+            summary = method.predictor_source(run, params) / SUMMARY
+            training["train_seconds"] += float((read_json_file(summary, "a training summary") if summary.is_file()
+                                                else {}).get("train_seconds", 0.0))
+        run_params["hybrid"] = {**params["hybrid"], "label_names": params["label_names"]}
+    else:
+        run, method, options = find_prediction(params, name)
+        method_name = run.method
+        run_params = {"run": run.name, "method": run.method, **run.config, **options}
+        summary = method.predictor_source(run, params) / SUMMARY
+        training = read_json_file(summary, "a training summary") if summary.is_file() else {}
     processed = Path(params["data"]["processed_dir"])
     ds = load_processed(processed, splits=("trn",))
-    source = method.predictor_source(run, params)
-    summary = source / SUMMARY
-    training = read_json_file(summary, "a training summary") if summary.is_file() else {}
     source_info = read_json_file(processed / "source.json", "the dataset source") if (processed / "source.json").exists() else {}
     manifest = package_from_predictor(
-        Path("packages") / name, Path("indexes") / name, name=name, method=run.method, label_uids=ds.label_uids,
+        Path("packages") / name, Path("indexes") / name, name=name, method=method_name, label_uids=ds.label_uids,
         label_texts=ds.label_texts,
-        params={"run": run.name, "method": run.method, **run.config, **options, "index": params["index"]},
+        params={**run_params, "index": params["index"]},
         dataset={"sha256": sha256_files([processed / f for f in DATA_FILES]), "files": list(DATA_FILES),
                  "source": source_info.get("source"),
                  "train_instances": int(ds.trn.Y.shape[0])},

@@ -307,3 +307,119 @@ def test_name_match_negatives_are_the_named_labels_minus_the_positives():
     assert {2, 3, 7} <= set(batch.label_ids.tolist())
     with pytest.raises(Exception, match="name_match_per_query"):
         build_sampler(Y, cfg)
+
+
+def test_ensemble_fusion_learns_which_member_to_trust():
+    """Two runs fused: one always ranks a wrong label first, the other ranks the true label first but lower in its
+    own scores; fit on half the texts, the ensemble ranks the true label first on the other half, by the weight of
+    the second run's features (no label name is in these texts)."""
+    from xmc.lexical.hybrid import hybrid_features
+
+    rng = np.random.default_rng(0)
+    n_labels, n = len(WORDNET_STYLE), 60
+    gold = rng.integers(0, n_labels, n)
+    texts = ["nothing named here"] * n
+    I_a = np.array([[(g + 1) % n_labels, (g + 2) % n_labels, g] for g in gold])    # true label third
+    I_b = np.array([[g, (g + 3) % n_labels, (g + 4) % n_labels] for g in gold])    # true label first
+    D_a = np.tile(np.array([0.9, 0.8, 0.7], np.float32), (n, 1))
+    D_b = np.tile(np.array([0.3, 0.2, 0.1], np.float32), (n, 1))
+    Y = sp.csr_matrix((np.ones(n), (np.arange(n), gold)), shape=(n, n_labels))
+    ranker = HybridRanker(WORDNET_STYLE, "auto", np.ones(n_labels), members=["a", "b"])
+    assert ranker.features == hybrid_features(["a", "b"]) and ranker.features[:2] == ("a:method_score", "a:method_retrieved")
+    half = slice(0, n // 2)
+    table = ranker.table_many(texts[half], [(D_a[half], I_a[half]), (D_b[half], I_b[half])])
+    assert table.X.shape[1] == len(ranker.features)
+    ranker.weights = fit_fusion(table, Y[half], features=ranker.features)
+    w = dict(zip(ranker.features, ranker.weights.weights))
+    assert w["b:method_score"] > w["a:method_score"]
+    rest = slice(n // 2, n)
+    _, R = ranker.rank_many(texts[rest], [(D_a[rest], I_a[rest]), (D_b[rest], I_b[rest])], 3)
+    assert (R[:, 0] == gold[rest]).all()
+    assert (I_a[rest, 0] == gold[rest]).mean() == 0.0   # the first run alone: never
+    with pytest.raises(ValueError, match="fuses 2 run"):
+        ranker.table_many(texts[:2], [(D_a[:2], I_a[:2])])
+
+
+def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
+    """fuse_ensemble over two runs' predictions: validation (cross-fitted) and test rankings are written, the
+    summary names the members and sums their costs, and the package built from indexes/ensemble_hybrid ranks the
+    test texts exactly as the stage did, searching each member's own predictor."""
+    import json
+    import shutil
+
+    import xmc
+    from xmc.config.schema import HybridConfig, filled
+    from xmc.data import Split, XMCDataset, save_processed
+    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.lexical.fuse import fuse_ensemble
+    from xmc.package import build_package, package_from_predictor
+    from xmc.predictions import TopK
+
+    uids = [f"L{i}" for i in range(len(WORDNET_STYLE))]
+    n_l = len(WORDNET_STYLE)
+    val_texts = ["money in the bank", "the bank of the river", "took a breath", "rivers and banks"] * 3
+    val_gold = [[2], [1, 8], [0], [8, 1]] * 3
+    tst_texts = ["a bank by the river", "take a breath now", "one-half of the irregularities"]
+
+    def Y(gold):
+        rows = [i for i, g in enumerate(gold) for _ in g]
+        return sp.csr_matrix((np.ones(len(rows)), (rows, [c for g in gold for c in g])), shape=(len(gold), n_l))
+
+    ds = XMCDataset(uids, WORDNET_STYLE, Split(["t0", "t1"], ["x", "y"], Y([[0], [1]]), ["d0", "d1"]),
+                    Split(["s0", "s1", "s2"], tst_texts, Y([[1, 8], [0], [5, 4]]), ["e0", "e1", "e2"]),
+                    meta={"layout": "test"},
+                    val=Split([f"v{i}" for i in range(12)], val_texts, Y(val_gold), [f"g{i % 4}" for i in range(12)]))
+    save_processed(ds, tmp_path / "data/processed")
+    for run, seed in (("one", 0), ("two", 1)):   # two runs: bag-of-words encoders from different seeds
+        HashedBagOfWordsEncoder(dim=16, n_buckets=2048, seed=seed).save(tmp_path / f"model_{run}")
+        build_package(tmp_path / f"pkg_{run}", name=run, method="dexml", source=tmp_path / f"model_{run}",
+                      label_uids=uids, label_texts=WORDNET_STYLE, options={"index": {"kind": "exact"}})
+        manifest = json.loads((tmp_path / f"pkg_{run}/manifest.json").read_text())
+        for part in ("encoder", "index"):
+            shutil.copytree(tmp_path / f"pkg_{run}" / part, tmp_path / "indexes" / run / part)
+        (tmp_path / "indexes" / run / "predictor.json").write_text(json.dumps(manifest["predictor"]))
+        base = xmc.load(str(tmp_path / f"pkg_{run}"))
+        for split, texts in (("val", val_texts), ("tst", tst_texts)):
+            D, I = base.topk(texts, 5)   # evaluate.top_k below: the predictor searches each member as deep
+            TopK(I.astype(np.int32), D.astype(np.float32)).save(tmp_path / f"predictions/{run}/{split}_topk.npz")
+        (tmp_path / f"predictions/{run}/timing.json").write_text(json.dumps({"train_seconds": 2.0,
+                                                                              "predict_seconds": 0.5}))
+
+    params = {"hybrid": filled(HybridConfig, {"runs": ["one", "two"], "ensemble": {"members": ["one", "two"]}},
+                               "hybrid"),
+              "label_names": {"mode": "auto", "max_words": 4, "cased_names": False}, "evaluate": {"top_k": 5},
+              "data": {"processed_dir": "data/processed"}, "predictions": {}, "unidec_predictions": {}}
+    summary = fuse_ensemble(params, tmp_path)
+    assert summary["members"] == ["one", "two"] and summary["fusion"]["features"][:4] == [
+        "one:method_score", "one:method_retrieved", "two:method_score", "two:method_retrieved"]
+    assert summary["train_seconds"] >= 4.0 and summary["predict_seconds"] >= 1.0   # both members' costs
+    out = tmp_path / "predictions/ensemble_hybrid"
+    tst = TopK.load(out / "tst_topk.npz")
+    assert TopK.load(out / "val_topk.npz").indices.shape == (12, 5) and tst.indices.shape == (3, 5)
+    assert tst.indices[1, 0] == 0   # "take a breath" names label 0
+    assert sorted(p.name for p in (tmp_path / "indexes/ensemble_hybrid/bases").iterdir()) == ["one", "two"]
+    package_from_predictor(tmp_path / "ens_pkg", tmp_path / "indexes/ensemble_hybrid", name="ens", method="ensemble",
+                           label_uids=uids, label_texts=WORDNET_STYLE)
+    S, R = xmc.load(str(tmp_path / "ens_pkg")).topk(tst_texts, 5)
+    assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)
+    params["hybrid"]["ensemble"]["members"] = ["one"]
+    from xmc.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="two or more distinct runs"):
+        fuse_ensemble(params, tmp_path)
+
+
+def test_the_ensemble_stage_depends_on_every_member_it_fuses():
+    """DVC cannot expand a params list into deps: the fuse_ensemble stage lists the members by hand, so a member
+    added in params.yaml without its predictions/indexes deps would not rerun the stage when that run changes."""
+    from pathlib import Path
+
+    import yaml
+
+    from xmc.config import load_params
+
+    root = Path(__file__).resolve().parents[1]
+    members = load_params(root / "params.yaml")["hybrid"]["ensemble"]["members"]
+    deps = yaml.safe_load((root / "pipelines/predict/dvc.yaml").read_text())["stages"]["fuse_ensemble"]["deps"]
+    expected = {f"{d}/{m}" for m in members for d in ("predictions", "indexes")}
+    assert {d for d in deps if d.split("/")[0] in ("predictions", "indexes")} == expected

@@ -40,7 +40,11 @@ def test_every_shipped_run_resolves_to_a_method_with_its_merged_settings():
     # the MNRL peer trains on the budget of the run it names
     assert find_run(p, "st_mnrl").config["train"] == find_run(p, p["st_mnrl"]["budget_of"]).config["train"]
     # every package is a prediction of some run; UniDEC's spaces are variants of one run
+    ens = p["hybrid"]["ensemble"]
     for name in p["packages"]:
+        if name == ens["name"]:   # the ensemble hybrid: its package describes every member run (stages/package.py)
+            assert len(ens["members"]) >= 2 and set(ens["members"]) <= set(p["hybrid"]["runs"])
+            continue
         run, method, options = find_prediction(p, name)
         base = name.removesuffix("_hybrid").removesuffix("_zs") if "hybrid" in options else name
         assert base in method.prediction_variants(run), name
@@ -61,6 +65,14 @@ def test_a_run_name_defined_twice_is_refused(tmp_path):
     raw["astra"]["runs"]["dexml_bow"] = {}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(ConfigError, match=r"run 'dexml_bow' is defined more than once \(runs.dexml_bow, astra.runs.dexml_bow\)"):
+        load_params(tmp_path / "params.yaml")
+
+
+def test_an_ensemble_member_must_be_a_hybrid_run(tmp_path):
+    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
+    raw["hybrid"]["ensemble"]["members"] = ["astra", "astra_seed1"]   # a run, but without a hybrid (no index/tst)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=r"hybrid.ensemble.members.*'astra_seed1' is not under hybrid.runs"):
         load_params(tmp_path / "params.yaml")
 
 

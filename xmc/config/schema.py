@@ -558,6 +558,13 @@ class ZeroShotFusionConfig(Section):
     precision_k: Annotated[int, Field(ge=1, le=100)] = 5   # chosen by validation P@k
 
 
+class EnsembleFusionConfig(Section):
+    """The ensemble hybrid: the member runs' top-k lists ∪ label-name matches under one logistic fusion."""
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+_hybrid$")] = "ensemble_hybrid"   # its prediction name
+    members: list[str] = []            # runs of hybrid.runs fused together ([] = no ensemble stage output)
+
+
 class HybridConfig(Section):
     """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored with fusion weights fit on validation."""
 
@@ -566,6 +573,7 @@ class HybridConfig(Section):
     cross_fit_folds: Annotated[int, Field(ge=2, le=20)] = 2   # validation folds (by document) for honest val metrics
     zero_shot_runs: list[str] = []    # zero-shot methods fused without training data -> <run>_zs_hybrid
     zero_shot: ZeroShotFusionConfig = ZeroShotFusionConfig()
+    ensemble: EnsembleFusionConfig = EnsembleFusionConfig()
 
 
 class XrLinearConfig(Section):
@@ -933,7 +941,18 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     for i, run in enumerate(p["hybrid"]["zero_shot_runs"]):
         if run not in defined:
             out.append((("hybrid", "zero_shot_runs", i), f"{run!r} is not a run of any method"))
+    ens = p["hybrid"]["ensemble"]
+    for i, run in enumerate(ens["members"]):
+        if run not in p["hybrid"]["runs"]:
+            out.append((("hybrid", "ensemble", "members", i), f"{run!r} is not under hybrid.runs (an ensemble member "
+                                                             "needs the index and val/tst predictions a hybrid run has)"))
+    if ens["members"] and (len(ens["members"]) < 2 or len(set(ens["members"])) != len(ens["members"])):
+        out.append((("hybrid", "ensemble", "members"), "an ensemble fuses two or more distinct runs"))
     defined = defined | {f"{r}_hybrid" for r in p["hybrid"]["runs"]} | {f"{r}_zs_hybrid" for r in p["hybrid"]["zero_shot_runs"]}
+    if ens["members"]:
+        if ens["name"] in defined:
+            out.append((("hybrid", "ensemble", "name"), f"{ens['name']!r} is already the name of another prediction"))
+        defined = defined | {ens["name"]}
 
     def check(path: tuple[Any, ...], name: Any, strict: bool, pool: set[str] = defined,
               what: str = "not a run of any method") -> None:

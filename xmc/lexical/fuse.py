@@ -40,6 +40,32 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_sho
     zero-shot score plus a weighted method score (:func:`xmc.lexical.hybrid.zero_shot_fusion`), the two weights
     chosen on the validation split from ``hybrid.zero_shot`` grids; otherwise (``<run>_hybrid``) a logistic
     fusion fit on validation, with the training label counts among its features."""
+    out_name = name + (ZERO_SHOT_SUFFIX if zero_shot else SUFFIX)
+    return _fuse(params, [name], out_name, Path(root), zero_shot=zero_shot, with_predictor=with_predictor)
+
+
+def fuse_ensemble(params: dict[str, Any], root: str | Path = ".") -> dict[str, Any]:
+    """The ensemble hybrid (params ``hybrid.ensemble``): the union of the member runs' top-k lists and the name
+    matches, re-scored by one logistic fusion of every member's score and the name evidence, fit on validation
+    (cross-fitted there) -> ``predictions/<name>`` and the predictor ``indexes/<name>`` over the members' indexes."""
+    from xmc.errors import ConfigError
+
+    ens = params["hybrid"]["ensemble"]
+    members = list(ens["members"])
+    if len(members) < 2 or len(set(members)) != len(members):
+        raise ConfigError(f"params.yaml: hybrid.ensemble.members must name two or more distinct runs (have {members})")
+    return _fuse(params, members, ens["name"], Path(root), ensemble=True)
+
+
+def _run_splits(params: dict[str, Any], name: str) -> tuple[str, ...]:
+    """The splits a run predicts (params predictions): a selection candidate has only "val"."""
+    return tuple(str(params["predictions"].get(name) or params["unidec_predictions"].get(
+        name.removesuffix("_de_only").removesuffix("_clf_only")) or "val tst").split())
+
+
+def _fuse(params: dict[str, Any], bases: list[str], out_name: str, root: Path, zero_shot: bool = False,
+          with_predictor: bool = True, ensemble: bool = False) -> dict[str, Any]:
+    """Fuse the runs ``bases`` (one run, or an ensemble's members) with the label-name matches into ``out_name``."""
     from xmc.data import load_processed
     from xmc.errors import ConfigError
     from xmc.io import atomic_dir, read_json, write_json
@@ -48,32 +74,34 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_sho
     from xmc.package.predictors import HybridPredictor
     from xmc.predictions import TopK
 
-    root = Path(root)
     cfg, names_cfg = params["hybrid"], params["label_names"]
     k = params["evaluate"]["top_k"]
-    base_dir = root / "predictions" / name
-    out_name = name + (ZERO_SHOT_SUFFIX if zero_shot else SUFFIX)
     zs = cfg["zero_shot"]
-    # the splits the base run predicts (params predictions): a selection candidate has only "val", and its
-    # hybrid then ranks only the validation split too
-    splits = tuple(str(params["predictions"].get(name) or params["unidec_predictions"].get(
-        name.removesuffix("_de_only").removesuffix("_clf_only")) or "val tst").split())
+    # the splits every base run predicts: a selection candidate has only "val", and its hybrid then ranks only the
+    # validation split too
+    splits = tuple(s for s in _run_splits(params, bases[0]) if all(s in _run_splits(params, b) for b in bases))
     if "val" not in splits:
-        raise ConfigError(f"params.yaml: predictions.{name} must include val (the fusion is fit there)")
-    for split in splits:
-        if not (base_dir / f"{split}_topk.npz").is_file():
-            raise ConfigError(f"{base_dir / f'{split}_topk.npz'}: missing (run the prediction stage of {name})")
+        raise ConfigError(f"params.yaml: predictions.{bases[0]} must include val (the fusion is fit there)")
+    for name in bases:
+        for split in splits:
+            if not (root / "predictions" / name / f"{split}_topk.npz").is_file():
+                raise ConfigError(f"{root / 'predictions' / name / f'{split}_topk.npz'}: missing (run the prediction "
+                                  f"stage of {name})")
     if zero_shot:  # no training split is read: the label counts the ranker keeps are zeros (weight 0 anyway)
         ds = load_processed(root / params["data"]["processed_dir"], splits=splits, without_training=True)
         counts = np.zeros(len(ds.label_texts))
     else:
         ds = load_processed(root / params["data"]["processed_dir"], splits=("trn", *splits))
         counts = np.asarray(ds.trn.Y.sum(0)).ravel()
+
+    def base_topk(split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        tops = [TopK.load(root / "predictions" / name / f"{split}_topk.npz") for name in bases]
+        return [(t.scores, t.indices) for t in tops]
+
     t0 = time.perf_counter()
     ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"],
-                          cased_names=names_cfg["cased_names"])
-    val = TopK.load(base_dir / "val_topk.npz")
-    table = ranker.table(ds.val.texts, val.scores, val.indices)
+                          cased_names=names_cfg["cased_names"], members=bases if ensemble else None)
+    table = ranker.table_many(ds.val.texts, base_topk("val"))
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
     cross = np.zeros(len(table.rows))
     chosen: dict[str, Any] = {}
@@ -84,7 +112,8 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_sho
                                               zs["precision_k"])
             return w, info
         keep = np.isin(table.rows, rows)
-        return fit_fusion(CandidateTable(table.rows[keep], table.labels[keep], table.X[keep]), ds.val.Y, cfg["C"]), {}
+        return fit_fusion(CandidateTable(table.rows[keep], table.labels[keep], table.X[keep]), ds.val.Y, cfg["C"],
+                          ranker.features), {}
 
     for f in range(cfg["cross_fit_folds"]):
         held = folds[table.rows] == f
@@ -101,24 +130,29 @@ def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_sho
     TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "val_topk.npz")
     t0 = time.perf_counter()
     if "tst" in splits:
-        tst = TopK.load(base_dir / "tst_topk.npz")
-        D, I = ranker.rank(ds.tst.texts, tst.scores, tst.indices, k)
+        D, I = ranker.rank_many(ds.tst.texts, base_topk("tst"), k)
         TopK(I.astype(np.int32), D).save(root / "predictions" / out_name / "tst_topk.npz")
     rank_seconds = time.perf_counter() - t0 if "tst" in splits else None
     if with_predictor:
         with atomic_dir(root / "indexes" / out_name) as tmp:
-            section = HybridPredictor.build(root / "indexes" / name, tmp, ds.label_texts,
+            sources = {name: root / "indexes" / name for name in bases}
+            section = HybridPredictor.build(sources if ensemble else sources[bases[0]], tmp, ds.label_texts,
                                             {"ranker": ranker, "base_k": k})
             (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
-    base_timing = read_json(base_dir / "timing.json") if (base_dir / "timing.json").is_file() else {}
-    summary = {"train_seconds": round(float(base_timing.get("train_seconds", 0.0)) + fit_seconds, 2),
+    timings = [read_json(root / "predictions" / name / "timing.json")
+               if (root / "predictions" / name / "timing.json").is_file() else {} for name in bases]
+    # an ensemble costs what its members cost together, plus the fusion
+    base_train = sum(float(t.get("train_seconds", 0.0)) for t in timings)
+    base_predict = sum(float(t.get("predict_seconds") or 0.0) for t in timings)
+    summary = {"train_seconds": round(base_train + fit_seconds, 2),
                "fusion_fit_seconds": round(fit_seconds, 2),
-               "predict_seconds": (round(float(base_timing.get("predict_seconds") or 0.0) + rank_seconds, 2)
-                                   if rank_seconds is not None else None), "splits": list(splits),
-               "predictor": "hybrid", "base": name, "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
+               "predict_seconds": (round(base_predict + rank_seconds, 2) if rank_seconds is not None else None),
+               "splits": list(splits), "predictor": "hybrid",
+               **({"members": bases} if ensemble else {"base": bases[0]}),
+               "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
                "fusion": ranker.weights.to_json(), "cross_fit_folds": cfg["cross_fit_folds"],
                "zero_shot": zero_shot, **({"chosen_on_validation": chosen} if chosen else {})}
     write_json(root / "predictions" / out_name / "timing.json", summary)
-    log.info("fused %s with label names: %.1f candidates per text, weights %s", name, summary["candidates_per_text"],
-             kv(dict(zip(ranker.weights.features, ranker.weights.weights.tolist())), 3))
+    log.info("fused %s with label names into %s: %.1f candidates per text, weights %s", " + ".join(bases), out_name,
+             summary["candidates_per_text"], kv(dict(zip(ranker.weights.features, ranker.weights.weights.tolist())), 3))
     return summary

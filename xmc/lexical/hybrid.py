@@ -6,6 +6,9 @@ retrieved score minus one where the method did not retrieve the label), whether 
 the name-match features of :mod:`xmc.lexical.matcher`, and the label's log training count. The weights are
 fit on the **validation** split (a handful of numbers, like any other choice made there); the validation
 metrics of the fused ranking are cross-fitted by document group so that they are not in-sample.
+
+An ensemble hybrid fuses several runs at once: the candidates are the union of their top-k lists and the name
+matches, and each member run contributes its own score and retrieved flag (:func:`hybrid_features`).
 """
 
 from __future__ import annotations
@@ -22,6 +25,15 @@ import scipy.sparse as sp
 from xmc.lexical.matcher import FEATURES, LabelNameMatcher, Match
 
 HYBRID_FEATURES = ("method_score", "method_retrieved", *FEATURES, "log_train_count")
+METHOD_FEATURES = ("method_score", "method_retrieved")   # per fused run
+
+
+def hybrid_features(members: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The feature names of a fusion: one run's (``members`` None: :data:`HYBRID_FEATURES`), or an ensemble's, whose
+    runs each contribute ``<run>:method_score`` and ``<run>:method_retrieved``."""
+    if members is None:
+        return HYBRID_FEATURES
+    return (*(f"{m}:{f}" for m in members for f in METHOD_FEATURES), *FEATURES, "log_train_count")
 
 
 @dataclass
@@ -30,24 +42,32 @@ class CandidateTable:
 
     rows: np.ndarray      # (m,) int
     labels: np.ndarray    # (m,) int
-    X: np.ndarray         # (m, len(HYBRID_FEATURES)) float64
+    X: np.ndarray         # (m, len(hybrid_features(members))) float64
 
 
-def candidate_table(base_scores: np.ndarray, base_ids: np.ndarray, matches: Sequence[dict[int, Match]],
+def candidate_table(bases: Sequence[tuple[np.ndarray, np.ndarray]], matches: Sequence[dict[int, Match]],
                     matcher: LabelNameMatcher, prior: np.ndarray, mfs: np.ndarray,
                     log_count: np.ndarray) -> CandidateTable:
+    """The union of the runs' top-k lists (``bases``: one (scores, ids) pair per run, rows aligned) and the name
+    matches, one feature row per (text, label): each run's score (its row's lowest retrieved score minus one where
+    it did not retrieve the label) and retrieved flag, then the name-match features and the log training count."""
     rows, labels, feats = [], [], []
-    for i, (ids, sc) in enumerate(zip(base_ids, base_scores)):
-        ok = (ids >= 0) & np.isfinite(sc)
-        retrieved = dict(zip(ids[ok].tolist(), sc[ok].tolist()))
-        floor = (min(retrieved.values()) - 1.0) if retrieved else 0.0
-        m = matches[i]
-        for lid in sorted(set(retrieved) | set(m)):
+    n_feats = len(METHOD_FEATURES) * len(bases) + len(FEATURES) + 1
+    for i, m in enumerate(matches):
+        retrieved, floors = [], []
+        for scores, ids in bases:
+            ok = (ids[i] >= 0) & np.isfinite(scores[i])
+            got = dict(zip(ids[i][ok].tolist(), scores[i][ok].tolist()))
+            retrieved.append(got)
+            floors.append((min(got.values()) - 1.0) if got else 0.0)
+        for lid in sorted(set(m).union(*retrieved)):
             rows.append(i)
             labels.append(lid)
-            feats.append([retrieved.get(lid, floor), float(lid in retrieved),
-                          *matcher.features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
-    X = np.asarray(feats, dtype=np.float64).reshape(len(rows), len(HYBRID_FEATURES))
+            f: list[float] = []
+            for got, floor in zip(retrieved, floors):
+                f += [got.get(lid, floor), float(lid in got)]
+            feats.append([*f, *matcher.features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
+    X = np.asarray(feats, dtype=np.float64).reshape(len(rows), n_feats)
     return CandidateTable(np.asarray(rows, np.int64), np.asarray(labels, np.int64), X)
 
 
@@ -69,30 +89,32 @@ class FusionWeights:
                 "mean": self.mean.tolist(), "scale": self.scale.tolist()}
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> FusionWeights:
+    def from_json(cls, d: dict[str, Any], expected: tuple[str, ...] = HYBRID_FEATURES) -> FusionWeights:
         from xmc.errors import ConfigError
 
         feats = tuple(d["features"])
-        if feats != HYBRID_FEATURES:
-            raise ConfigError(f"fusion weights for features {feats}, this code computes {HYBRID_FEATURES}")
+        if feats != expected:
+            raise ConfigError(f"fusion weights for features {feats}, this code computes {expected}")
         return cls(np.asarray(d["weights"], np.float64), float(d["bias"]), np.asarray(d["mean"], np.float64),
                    np.asarray(d["scale"], np.float64), feats)
 
 
-def fit_fusion(table: CandidateTable, gold: sp.csr_matrix, C: float = 1.0) -> FusionWeights:
-    """Logistic regression of "candidate is a true label" on the candidates of the given texts."""
+def fit_fusion(table: CandidateTable, gold: sp.csr_matrix, C: float = 1.0,
+               features: tuple[str, ...] = HYBRID_FEATURES) -> FusionWeights:
+    """Logistic regression of "candidate is a true label" on the candidates of the given texts (``features``: the
+    table's columns, :func:`hybrid_features`)."""
     from sklearn.linear_model import LogisticRegression
 
     y = np.asarray(gold[table.rows, table.labels]).ravel() > 0
-    mean = table.X.mean(0) if len(table.rows) else np.zeros(len(HYBRID_FEATURES))
-    scale = table.X.std(0) if len(table.rows) else np.ones(len(HYBRID_FEATURES))
+    mean = table.X.mean(0) if len(table.rows) else np.zeros(len(features))
+    scale = table.X.std(0) if len(table.rows) else np.ones(len(features))
     scale[scale == 0] = 1.0
-    if y.all() or not y.any():  # nothing to learn from (no true or no false candidate): keep the method's order
-        w = np.zeros(len(HYBRID_FEATURES))
-        w[HYBRID_FEATURES.index("method_score")] = 1.0
-        return FusionWeights(w, 0.0, mean, scale)
+    if y.all() or not y.any():  # nothing to learn from (no true or no false candidate): keep the (first) run's order
+        w = np.zeros(len(features))
+        w[0] = 1.0   # the first run's method_score
+        return FusionWeights(w, 0.0, mean, scale, features)
     clf = LogisticRegression(C=C, max_iter=5000).fit((table.X - mean) / scale, y)
-    return FusionWeights(clf.coef_[0].astype(np.float64), float(clf.intercept_[0]), mean, scale)
+    return FusionWeights(clf.coef_[0].astype(np.float64), float(clf.intercept_[0]), mean, scale, features)
 
 
 def zero_shot_fusion(method_weight: float, matched_bonus: float) -> FusionWeights:
@@ -152,10 +174,12 @@ def top_k(table: CandidateTable, scores: np.ndarray, n_rows: int, k: int) -> tup
 
 class HybridRanker:
     """A method's top-k ∪ name matches, fused: the one implementation behind the ``fuse`` stage and the
-    ``hybrid`` predictor of model packages."""
+    ``hybrid`` predictor of model packages. With ``members`` (run names) it fuses several runs' top-k lists at once
+    (the ensemble hybrid): :meth:`table_many` / :meth:`rank_many` take one (scores, ids) pair per member, in order."""
 
     def __init__(self, label_texts: Sequence[str], mode: str, train_counts: np.ndarray,
-                 weights: FusionWeights | None = None, max_words: int = 4, cased_names: bool = False) -> None:
+                 weights: FusionWeights | None = None, max_words: int = 4, cased_names: bool = False,
+                 members: Sequence[str] | None = None) -> None:
         from xmc.lexical.names import parse_label_names
 
         self.names = parse_label_names(label_texts, mode)
@@ -164,17 +188,29 @@ class HybridRanker:
         self.train_counts = np.asarray(train_counts, np.float64)
         self.prior, self.mfs = self.matcher.sense_prior(self.train_counts)
         self.log_count = np.log1p(self.train_counts)
+        self.members = tuple(members) if members is not None else None
+        self.features = hybrid_features(self.members)
         self.weights = weights
 
     def table(self, texts: Sequence[str], base_scores: np.ndarray, base_ids: np.ndarray) -> CandidateTable:
-        return candidate_table(base_scores, base_ids, self.matcher.match_many(texts), self.matcher, self.prior,
-                               self.mfs, self.log_count)
+        return self.table_many(texts, [(base_scores, base_ids)])
+
+    def table_many(self, texts: Sequence[str], bases: Sequence[tuple[np.ndarray, np.ndarray]]) -> CandidateTable:
+        n_runs = len(self.members) if self.members is not None else 1
+        if len(bases) != n_runs:
+            raise ValueError(f"the ranker fuses {n_runs} run(s), got {len(bases)} top-k lists")
+        return candidate_table(bases, self.matcher.match_many(texts), self.matcher, self.prior, self.mfs,
+                               self.log_count)
 
     def rank(self, texts: Sequence[str], base_scores: np.ndarray, base_ids: np.ndarray, k: int) \
             -> tuple[np.ndarray, np.ndarray]:
+        return self.rank_many(texts, [(base_scores, base_ids)], k)
+
+    def rank_many(self, texts: Sequence[str], bases: Sequence[tuple[np.ndarray, np.ndarray]], k: int) \
+            -> tuple[np.ndarray, np.ndarray]:
         if self.weights is None:
             raise ValueError("the hybrid ranker has no fusion weights (fit them on the validation split)")
-        t = self.table(texts, base_scores, base_ids)
+        t = self.table_many(texts, bases)
         return top_k(t, self.weights.score(t.X), len(texts), k)
 
     def save(self, path: str | Path) -> None:
@@ -186,4 +222,5 @@ class HybridRanker:
         (path / "fusion.json").write_text(json.dumps({"label_names": self.names.mode,
                                                       "max_words": self.matcher.max_words,
                                                       "cased_names": self.matcher.cased_names,
+                                                      **({"members": list(self.members)} if self.members else {}),
                                                       **(self.weights.to_json() if self.weights else {})}, indent=2))

@@ -18,6 +18,7 @@ METHOD_NOTES = {
     "astra": "per-label classifiers over a trained encoder, trained with ANN and uniform negatives (ASTRA)",
     "pretrained": "an off-the-shelf sentence encoder, not trained here",
     "st_mnrl": "a sentence-transformers MultipleNegativesRankingLoss fine-tune (peer)",
+    "ensemble": "an ensemble of several trained runs, each searched for its own top-k list",
 }
 
 
@@ -40,8 +41,12 @@ def model_card(manifest: dict[str, Any]) -> str:
     ds, tr, params = manifest.get("dataset") or {}, manifest.get("training") or {}, manifest.get("params") or {}
     pred = manifest.get("predictor") or {}
     what = METHOD_NOTES.get(method, f"the {method} method")
-    hybrid = " Candidates are the model's ANN list united with the labels named in the text, re-scored by a fusion " \
-             "fit on the validation split." if pred.get("kind") == "hybrid" else ""
+    members = [m.get("name") for m in pred.get("members") or []]
+    hybrid = "" if pred.get("kind") != "hybrid" else (
+        f" Candidates are the top-k lists of {', '.join(f'`{m}`' for m in members)} united with the labels named in "
+        "the text, re-scored by one fusion of every member's score fit on the validation split." if members else
+        " Candidates are the model's ANN list united with the labels named in the text, re-scored by a fusion "
+        "fit on the validation split.")
     settings = {k: v for k, v in params.items() if k not in ("run", "method", "index")}
     lines = [
         f"# {name}", "",

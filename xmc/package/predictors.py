@@ -505,50 +505,79 @@ class LabelNamePredictor(Predictor):
 
 class HybridPredictor(Predictor):
     """A method's predictor (``base/``) whose top-``base_k`` is merged with the labels named in the text and
-    re-scored by fusion weights fit on the validation split (:mod:`xmc.lexical.hybrid`)."""
+    re-scored by fusion weights fit on the validation split (:mod:`xmc.lexical.hybrid`). An ensemble hybrid has
+    several base predictors (``bases/<run>/``, section ``members``), each searched for its top-``base_k``, and one
+    fusion over all their scores."""
 
     kind = "hybrid"
 
-    def __init__(self, base: Predictor, ranker: Any, base_k: int) -> None:
-        self.base, self.ranker, self.base_k = base, ranker, base_k
+    def __init__(self, base: Predictor | dict[str, Predictor], ranker: Any, base_k: int) -> None:
+        # one base predictor, or {member run: its predictor} in the ranker's member order
+        self.bases = base if isinstance(base, dict) else {"": base}
+        self.ranker, self.base_k = ranker, base_k
 
     @classmethod
-    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        """``source``: the base method's built predictor folder (``indexes/<run>/``, with ``predictor.json``);
-        ``options["ranker"]``: a fitted :class:`xmc.lexical.hybrid.HybridRanker`."""
+    def build(cls, source: Path | dict[str, Path], out: Path, label_texts: list[str],
+              options: dict[str, Any]) -> dict[str, Any]:
+        """``source``: the base method's built predictor folder (``indexes/<run>/``, with ``predictor.json``), or
+        {member run: its folder} for an ensemble; ``options["ranker"]``: a fitted
+        :class:`xmc.lexical.hybrid.HybridRanker` (with those members)."""
         from xmc.io import read_json_file
 
+        ranker = options["ranker"]
+        common = {"kind": cls.kind, "base_k": int(options["base_k"]), "fusion": "fusion",
+                  "label_names": ranker.names.mode, "max_words": ranker.matcher.max_words,
+                  "cased_names": ranker.matcher.cased_names}
+        if isinstance(source, dict):
+            if list(source) != list(ranker.members or ()):
+                raise ValueError(f"the ranker fuses {ranker.members}, the sources are {list(source)}")
+            sections = {}
+            for name, folder in source.items():
+                sections[name] = read_json_file(folder / "predictor.json", "a predictor description")
+                _copy_tree(folder, out / "bases" / name)
+                (out / "bases" / name / "predictor.json").unlink(missing_ok=True)
+            ranker.save(out / "fusion")
+            return {**common, "members": [{"name": n, "base": sec} for n, sec in sections.items()]}
         base_section = read_json_file(source / "predictor.json", "a predictor description")
         _copy_tree(source, out / "base")
         (out / "base" / "predictor.json").unlink(missing_ok=True)
-        ranker = options["ranker"]
         ranker.save(out / "fusion")
-        return {"kind": cls.kind, "base": base_section, "base_k": int(options["base_k"]), "fusion": "fusion",
-                "label_names": ranker.names.mode, "max_words": ranker.matcher.max_words,
-                "cased_names": ranker.matcher.cased_names}
+        return {**common, "base": base_section}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> HybridPredictor:
         from xmc.io import read_json_file
-        from xmc.lexical.hybrid import FusionWeights, HybridRanker
+        from xmc.lexical.hybrid import FusionWeights, HybridRanker, hybrid_features
 
         st = _lexical_settings(section, root)
-        base_section = section.get("base")
-        if not isinstance(base_section, dict) or base_section.get("kind") in (None, cls.kind):
-            raise DataFormatError(root, None, "a hybrid predictor needs a base predictor section")
-        base = predictor_class(base_section["kind"], root).load(root / "base", base_section, label_texts)
+
+        def load_base(where: Path, base_section: Any) -> Predictor:
+            if not isinstance(base_section, dict) or base_section.get("kind") in (None, cls.kind):
+                raise DataFormatError(root, None, "a hybrid predictor needs a base predictor section")
+            return predictor_class(base_section["kind"], root).load(where, base_section, label_texts)
+
+        members = section.get("members")
+        if members is not None:   # an ensemble hybrid
+            if not isinstance(members, list) or len(members) < 2 or not all(
+                    isinstance(m, dict) and isinstance(m.get("name"), str) for m in members):
+                raise DataFormatError(root, None, "an ensemble hybrid's members must be a list of {name, base}")
+            names = [m["name"] for m in members]
+            bases: Predictor | dict[str, Predictor] = {
+                m["name"]: load_base(root / "bases" / m["name"], m.get("base")) for m in members}
+        else:
+            names = None
+            bases = load_base(root / "base", section.get("base"))
         fusion = read_json_file(root / section.get("fusion", "fusion") / "fusion.json", "fusion weights")
         try:
-            weights = FusionWeights.from_json(fusion)
+            weights = FusionWeights.from_json(fusion, hybrid_features(names))
         except (KeyError, TypeError, ValueError) as e:
             raise DataFormatError(root / "fusion" / "fusion.json", None, f"not fusion weights ({str(e)[:120]})") from None
         counts = _load_counts(root / "fusion" / "train_counts.npz", len(label_texts))
-        ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"], st["cased_names"])
-        return cls(base, ranker, int(section.get("base_k", 100)))
+        ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"], st["cased_names"], names)
+        return cls(bases, ranker, int(section.get("base_k", 100)))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        D, I = self.base.search(texts, self.base_k)
-        return self.ranker.rank(texts, D, I, k)
+        return self.ranker.rank_many(texts, [b.search(texts, self.base_k) for b in self.bases.values()], k)
 
 
 PREDICTORS: dict[str, type[Predictor]] = {p.kind: p for p in (DensePredictor, UniDECPredictor, TfidfZeroShotPredictor,
