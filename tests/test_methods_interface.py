@@ -68,12 +68,20 @@ def test_a_run_name_defined_twice_is_refused(tmp_path):
         load_params(tmp_path / "params.yaml")
 
 
-def test_an_ensemble_member_must_be_a_hybrid_run(tmp_path):
+def test_an_ensemble_member_must_be_a_run_predicting_both_splits(tmp_path):
     raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["hybrid"]["ensemble"]["members"] = ["astra", "astra_seed1"]   # a run, but without a hybrid (no index/tst)
+    for members, error in ((["astra", "dexml_bow_ivf_mining_kmeans3"], "'dexml_bow_ivf_mining_kmeans3' must predict "
+                                                                        r"both val and tst"),   # a val-only candidate
+                           (["astra", "xr_linear"], "'xr_linear' has no predictor"),
+                           (["astra", "astra_sead1"], r"'astra_sead1' is not a run of any method \(did you mean "
+                                                      "'astra_seed1'\?\)")):
+        raw["hybrid"]["ensemble"]["members"] = members
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+        with pytest.raises(ConfigError, match=rf"hybrid.ensemble.members.1: {error}"):
+            load_params(tmp_path / "params.yaml")
+    raw["hybrid"]["ensemble"]["members"] = ["astra", "dexml_bow_seed1"]   # any run predicting val and tst
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match=r"hybrid.ensemble.members.*'astra_seed1' is not under hybrid.runs"):
-        load_params(tmp_path / "params.yaml")
+    load_params(tmp_path / "params.yaml")
 
 
 def test_the_registry_lists_every_method_once_and_trainer_methods_only_build():

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[1]
 # prediction (writes top-k for the test texts, never reads test labels) and evaluation / reporting; the
 # package stage records the test metrics in a package's manifest (the promotion gate reads validation only)
 TEST_READERS = {"ingest", "validate", "label_prior", "tfidf_zeroshot", "tfidf_knn", "predict", "predict_unidec",
-                "predict_xr_linear", "name_match", "name_match_prior", "fuse", "fuse_zero_shot",
+                "predict_xr_linear", "name_match", "name_match_prior", "fuse", "fuse_zero_shot", "fuse_ensemble",
                 "evaluate", "evaluate_ablation", "evaluate_seed", "report", "report_ablations", "report_seeds",
                 "package"}
 # outputs that hold test material: any dependency on them (or on a folder holding them) reads the test split
@@ -123,6 +123,8 @@ def test_selection_candidates_are_predicted_and_validated() -> None:
     predicted["name_match_uncased"] = " ".join(stages["name_match_uncased"]["cmd"].split()[4:])   # its splits
     predicted.update({f"{r}_hybrid": "val tst" for r in params["hybrid"]["runs"]})
     predicted.update({f"{r}_zs_hybrid": "val tst" for r in params["hybrid"]["zero_shot_runs"]})
+    if params["hybrid"]["ensemble"]["members"]:
+        predicted[params["hybrid"]["ensemble"]["name"]] = "val tst"
     validated = set(params["validated"])
     for name, choice in params["selection"]["choices"].items():
         assert choice["reference"] in choice["candidates"], name
