@@ -919,6 +919,13 @@ def validate_params(raw: Any) -> dict[str, Any]:
     return p
 
 
+def predicted_splits(p: dict[str, Any], run: str) -> tuple[str, ...]:
+    """The splits a run's prediction stage writes (params ``predictions`` / ``unidec_predictions``; a UniDEC space
+    follows its run; a run listed in neither, e.g. a baseline, predicts both): a selection candidate has only val."""
+    return tuple(str(p["predictions"].get(run) or p["unidec_predictions"].get(
+        run.removesuffix("_de_only").removesuffix("_clf_only")) or "val tst").split())
+
+
 def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     """Names that point at runs. A prediction stage, ``st_mnrl.budget_of`` and a main-report method must name
     a run defined in the file. The other lists (reported, validated, seed_runs, ablations, report.paired/seeds, selection
@@ -935,8 +942,7 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
     for i, run in enumerate(p["hybrid"]["runs"]):
         if run not in defined:
             out.append((("hybrid", "runs", i), f"{run!r} is not a run of any method"))
-        elif "tst" not in (p["predictions"].get(run) or p["unidec_predictions"].get(run.removesuffix("_de_only")
-                                                                                     .removesuffix("_clf_only")) or "val tst"):
+        elif "tst" not in predicted_splits(p, run):
             out.append((("hybrid", "runs", i), f"{run!r} must predict both val and tst (params predictions)"))
     for i, run in enumerate(p["hybrid"]["zero_shot_runs"]):
         if run not in defined:
@@ -954,8 +960,7 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
             if close:
                 out.append((("hybrid", "ensemble", "members", i), f"{run!r} is not a run of any method (did you mean "
                                                                  f"{close[0]!r}?)"))
-        elif "tst" not in (p["predictions"].get(run) or p["unidec_predictions"].get(run.removesuffix("_de_only")
-                                                                                    .removesuffix("_clf_only")) or "val tst"):
+        elif "tst" not in predicted_splits(p, run):
             out.append((("hybrid", "ensemble", "members", i), f"{run!r} must predict both val and tst (params predictions)"))
     if ens["members"] and (len(ens["members"]) < 2 or len(set(ens["members"])) != len(ens["members"])):
         out.append((("hybrid", "ensemble", "members"), "an ensemble fuses two or more distinct runs"))

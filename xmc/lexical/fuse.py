@@ -57,15 +57,10 @@ def fuse_ensemble(params: dict[str, Any], root: str | Path = ".") -> dict[str, A
     return _fuse(params, members, ens["name"], Path(root), ensemble=True)
 
 
-def _run_splits(params: dict[str, Any], name: str) -> tuple[str, ...]:
-    """The splits a run predicts (params predictions): a selection candidate has only "val"."""
-    return tuple(str(params["predictions"].get(name) or params["unidec_predictions"].get(
-        name.removesuffix("_de_only").removesuffix("_clf_only")) or "val tst").split())
-
-
 def _fuse(params: dict[str, Any], bases: list[str], out_name: str, root: Path, zero_shot: bool = False,
           with_predictor: bool = True, ensemble: bool = False) -> dict[str, Any]:
     """Fuse the runs ``bases`` (one run, or an ensemble's members) with the label-name matches into ``out_name``."""
+    from xmc.config.schema import predicted_splits
     from xmc.data import load_processed
     from xmc.errors import ConfigError
     from xmc.io import atomic_dir, read_json, write_json
@@ -79,7 +74,7 @@ def _fuse(params: dict[str, Any], bases: list[str], out_name: str, root: Path, z
     zs = cfg["zero_shot"]
     # the splits every base run predicts: a selection candidate has only "val", and its hybrid then ranks only the
     # validation split too
-    splits = tuple(s for s in _run_splits(params, bases[0]) if all(s in _run_splits(params, b) for b in bases))
+    splits = tuple(s for s in predicted_splits(params, bases[0]) if all(s in predicted_splits(params, b) for b in bases))
     if "val" not in splits:
         raise ConfigError(f"params.yaml: predictions.{bases[0]} must include val (the fusion is fit there)")
     for name in bases:

@@ -528,21 +528,19 @@ class HybridPredictor(Predictor):
         common = {"kind": cls.kind, "base_k": int(options["base_k"]), "fusion": "fusion",
                   "label_names": ranker.names.mode, "max_words": ranker.matcher.max_words,
                   "cased_names": ranker.matcher.cased_names}
-        if isinstance(source, dict):
-            if list(source) != list(ranker.members or ()):
-                raise ValueError(f"the ranker fuses {ranker.members}, the sources are {list(source)}")
-            sections = {}
-            for name, folder in source.items():
-                sections[name] = read_json_file(folder / "predictor.json", "a predictor description")
-                _copy_tree(folder, out / "bases" / name)
-                (out / "bases" / name / "predictor.json").unlink(missing_ok=True)
-            ranker.save(out / "fusion")
-            return {**common, "members": [{"name": n, "base": sec} for n, sec in sections.items()]}
-        base_section = read_json_file(source / "predictor.json", "a predictor description")
-        _copy_tree(source, out / "base")
-        (out / "base" / "predictor.json").unlink(missing_ok=True)
+
+        def copy_base(folder: Path, dest: Path) -> dict[str, Any]:   # the base's files; its section goes inline
+            section = read_json_file(folder / "predictor.json", "a predictor description")
+            _copy_tree(folder, dest)
+            (dest / "predictor.json").unlink(missing_ok=True)
+            return section
+
+        if isinstance(source, dict) and list(source) != list(ranker.members or ()):
+            raise ValueError(f"the ranker fuses {ranker.members}, the sources are {list(source)}")
         ranker.save(out / "fusion")
-        return {**common, "base": base_section}
+        if isinstance(source, dict):
+            return {**common, "members": [{"name": n, "base": copy_base(f, out / "bases" / n)} for n, f in source.items()]}
+        return {**common, "base": copy_base(source, out / "base")}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> HybridPredictor:
