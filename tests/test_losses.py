@@ -113,6 +113,62 @@ def test_invalid_candidates_are_ignored():
     assert DecoupledSoftmaxLoss(0.5)(s2, pos, valid).item() == pytest.approx(ref.item(), rel=1e-6)
 
 
+def _decoupled_composition(scores, positives, valid, weights, tau):
+    """The loss written as torch operations under autograd (its form before the fused block): the reference."""
+    from xmc.losses._common import NEG_INF, mean_over_positives, prepare
+
+    logits, pos, valid = prepare(scores, positives, valid, tau)
+    neg_lse = torch.logsumexp(logits.masked_fill(~(valid & ~pos), NEG_INF), dim=1, keepdim=True)
+    return mean_over_positives(torch.logaddexp(logits, neg_lse) - logits, pos, weights)
+
+
+@pytest.mark.parametrize("with_valid", [False, True])
+@pytest.mark.parametrize("weight_shape", [None, "full", "per_query"])
+def test_decoupled_fused_block_equals_the_composition(with_valid, weight_shape):
+    # rows: one without positives, one whose candidates are all positives (no negatives), one with a single
+    # negative, the rest random; weights per pair or per query; some candidates invalid
+    g = torch.Generator().manual_seed(11)
+    s = torch.randn(7, 30, generator=g, dtype=torch.float64) * 3
+    pos = torch.rand(7, 30, generator=g) < 0.2
+    pos[0] = False
+    pos[1] = True
+    pos[2] = True
+    pos[2, 5] = False
+    pos[3:, 0] = True
+    valid = (torch.rand(7, 30, generator=g) > 0.1) if with_valid else None
+    if valid is not None:
+        valid[2, 5] = True
+    w = {None: None, "full": torch.rand(7, 30, generator=g, dtype=torch.float64) + 0.5,
+         "per_query": torch.rand(7, 1, generator=g, dtype=torch.float64) + 0.5}[weight_shape]
+    a = s.clone().requires_grad_(True)
+    b = s.clone().requires_grad_(True)
+    la = DecoupledSoftmaxLoss(0.05)(a, pos, valid, w)
+    lb = _decoupled_composition(b, pos, valid, w, 0.05)
+    la.backward()
+    lb.backward()
+    assert la.item() == pytest.approx(lb.item(), rel=1e-9)
+    assert torch.allclose(a.grad, b.grad, atol=1e-12)
+    assert a.grad[0].abs().max() == 0          # a query without positives moves nothing
+
+
+def test_decoupled_without_any_positive_is_zero_with_zero_gradient():
+    s = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    loss = DecoupledSoftmaxLoss(0.05)(s, torch.zeros(3, 5, dtype=torch.bool))
+    loss.backward()
+    assert loss.item() == 0.0 and s.grad.abs().max() == 0
+
+
+def test_decoupled_low_precision_scores_get_a_gradient_of_their_dtype():
+    s, pos = _case(5)
+    a = s.to(torch.bfloat16).requires_grad_(True)
+    la = DecoupledSoftmaxLoss(0.1)(a, pos)
+    la.backward()
+    assert la.dtype == torch.float32 and a.grad.dtype == torch.bfloat16
+    ref = s.to(torch.bfloat16).double().requires_grad_(True)
+    _decoupled_composition(ref, pos, None, None, 0.1).backward()
+    assert torch.allclose(a.grad.double(), ref.grad, atol=2e-2)
+
+
 def test_bce_value_gradient_and_weights():
     s, pos = _case(4)
     w = torch.rand(s.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64) + 0.5

@@ -88,6 +88,28 @@ def test_pool_targets_equal_their_dense_definition_on_random_batches():
         assert positives_mask(Y, q, None).numpy().tolist() == (dense[q] > 0).tolist()
 
 
+def test_draw_from_rows_is_a_uniform_subset_of_each_rows_entries():
+    from xmc.negatives.base import draw_from_rows
+
+    table = np.array([[5, 6, 7, 8, -1, -1], [9, -1, -1, -1, -1, -1], [-1] * 6, [1, 2, 3, 4, 10, 11]])
+    rng = np.random.default_rng(0)
+    counts = np.zeros(12)
+    n = 4000
+    for _ in range(n):
+        got = draw_from_rows(table, 2, rng)
+        assert len(got) == 2 + 1 + 0 + 2 and got.dtype == np.int64
+        row0, row1, row3 = got[:2], got[2:3], got[3:]
+        assert len(set(row0)) == 2 and set(row0) <= {5, 6, 7, 8}            # distinct, never a pad
+        assert row1.tolist() == [9]                                         # fewer entries than k: all of them
+        assert len(set(row3)) == 2 and set(row3) <= {1, 2, 3, 4, 10, 11}
+        np.add.at(counts, got[got != 9], 1)
+    # each entry of a row of m entries is drawn with probability k/m (2/4 and 2/6), within 4 standard deviations
+    for entries, p in (([5, 6, 7, 8], 0.5), ([1, 2, 3, 4, 10, 11], 1 / 3)):
+        assert np.all(np.abs(counts[entries] / n - p) < 4 * np.sqrt(p * (1 - p) / n))
+    assert len(draw_from_rows(table, 0, rng)) == 0
+    assert sorted(draw_from_rows(table, 6, rng).tolist()) == sorted(table[table >= 0].tolist())
+
+
 def test_shortlist_removes_positives_and_orders_by_score():
     Y = sp.csr_matrix(np.array([[1, 0, 0, 0, 0], [0, 0, 0, 0, 1]], np.float32))
     labels = np.eye(5, dtype=np.float32)

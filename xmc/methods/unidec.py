@@ -34,7 +34,7 @@ from xmc.encoders import TextEncoder, load_encoder
 from xmc.errors import ConfigError
 from xmc.io import load_tensors
 from xmc.losses import DecoupledSoftmaxLoss
-from xmc.negatives.base import CandidateBatch, pool_batch
+from xmc.negatives.base import CandidateBatch, draw_from_rows, pool_batch
 from xmc.negatives.samplers import HardNegativeShortlist
 from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.train.label_table import LabelTable
@@ -304,10 +304,7 @@ class PickSomeLabelsSampler(HardNegativeShortlist):
         sampled = self.sample_positives(query_idx, rng)  # P̂_i, |P̂_i| <= β
         extra: list[np.ndarray] = []  # Ĥ_i ⊂ H_i − P_i
         if self.shortlist is not None and self.negatives_per_query > 0:
-            for row in self.shortlist[query_idx]:
-                cand = row[row >= 0]
-                if len(cand):
-                    extra.append(rng.choice(cand, min(self.negatives_per_query, len(cand)), replace=False))
+            extra.append(draw_from_rows(self.shortlist[query_idx], self.negatives_per_query, rng))
         batch = pool_batch(self.Y, query_idx, sampled, extra, "positive")
         pos = batch.positives
         batch.extras["pool_size"] = float(pos.shape[1])

@@ -7,6 +7,7 @@
  *   p <- fma(-step_size, m / (sqrt(v) + eps), p)   (index_add_ with alpha)
  * The torch path moves each row through memory about ten times (gathers, element-wise passes, scatters); here each
  * of p, m, v and g is read once and p, m, v written once, which is what the roofline of a step counts.
+ * Touched rows are prefetched two ahead (their order is the gradient's, increasing but scattered).
  * Built without implicit contraction (-ffp-contract=off): the fused multiply-adds are the explicit ones. One difference:
  * sqrtf here is IEEE's correctly rounded square root, where torch's vectorised sqrt is off by an ulp for about a fifth
  * of its inputs; m and v come out bit for bit as the torch path's, p within an ulp or so per step.
@@ -14,6 +15,8 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
+
+enum { PREFETCH_AHEAD = 2 };   /* rows ahead: 1 to 4 measured within noise of each other, all ~10% faster than none */
 
 typedef struct {
     float *p, *m, *v;
@@ -32,6 +35,17 @@ static void adam_span(const span_t *s) {
         float *restrict m = s->m + r * dim;
         float *restrict v = s->v + r * dim;
         const float *restrict g = s->g + i * dim;
+        if (s->rows && i + PREFETCH_AHEAD < s->end) {
+            /* the touched rows are scattered over tables far larger than the caches: start loading the three table
+               rows of a later gradient row now, so their memory latency overlaps this row's arithmetic (the
+               hardware prefetcher follows a row, not the jump to the next one) */
+            const int64_t ahead = s->rows[i + PREFETCH_AHEAD] * dim;
+            for (int64_t c = 0; c < dim; c += 16) {   /* one 64-byte line = 16 floats */
+                __builtin_prefetch(s->p + ahead + c, 1, 0);
+                __builtin_prefetch(s->m + ahead + c, 1, 0);
+                __builtin_prefetch(s->v + ahead + c, 1, 0);
+            }
+        }
         for (int64_t j = 0; j < dim; ++j) {
             const float gj = g[j];
             const float mj = fmaf(w1, gj - m[j], m[j]);

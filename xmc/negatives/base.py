@@ -80,6 +80,25 @@ def sample_positives_per_query(Y: sp.csr_matrix, query_idx: np.ndarray, max_per_
     return out
 
 
+def draw_from_rows(table: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """Up to ``k`` distinct entries of each row of ``table`` (-1 pads are not entries), drawn uniformly without
+    replacement for all rows at once, back to back in row order.
+
+    The ``k`` smallest of independent uniform keys over a row's entries are a uniform ``k``-subset of them; one
+    draw and one partial sort for the whole batch replace a ``Generator.choice`` per row (several milliseconds
+    of a bag-of-words step at 256 queries)."""
+    if k <= 0 or table.size == 0:
+        return np.zeros(0, np.int64)
+    keys = rng.random(table.shape)
+    keys[table < 0] = 2.0          # above every entry's key: a pad is picked only where a row has fewer than k
+    if k < table.shape[1]:
+        cols = np.argpartition(keys, k - 1, axis=1)[:, :k]
+        picked = np.take_along_axis(table, cols, axis=1)
+    else:
+        picked = table
+    return picked[picked >= 0].astype(np.int64)
+
+
 def positive_sampling_weights(Y: sp.csr_matrix, kind: str, a: float = 0.55, b: float = 1.5) -> np.ndarray | None:
     """Per-label weights for picking a query's positives: None (uniform) or inverse propensity.
 
@@ -146,12 +165,7 @@ class NegativeSampler:
         """Up to ``name_per_query`` labels per query drawn from its name-match shortlist (none when unset)."""
         if self.name_shortlist is None or self.name_per_query <= 0:
             return []
-        out = []
-        for row in self.name_shortlist[query_idx]:
-            cand = row[row >= 0]
-            if len(cand):
-                out.append(rng.choice(cand, min(self.name_per_query, len(cand)), replace=False))
-        return out
+        return [draw_from_rows(self.name_shortlist[query_idx], self.name_per_query, rng)]
 
     def sample_positives(self, query_idx: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
         return sample_positives_per_query(self.Y, query_idx, self.max_positives_per_query, rng, self.positive_weights)

@@ -14,7 +14,7 @@ from xmc.ann import ANNIndex
 from xmc.config.schema import NegativesConfig, filled
 from xmc.data.columns import take_texts
 from xmc.errors import ConfigError
-from xmc.negatives.base import CandidateBatch, NegativeSampler, pool_batch, positives_mask
+from xmc.negatives.base import CandidateBatch, NegativeSampler, draw_from_rows, pool_batch, positives_mask
 from xmc.negatives.membership import in_csr_rows
 
 log = logging.getLogger(__name__)
@@ -219,10 +219,7 @@ class HardNegativeShortlist(InBatchNegatives):
         sampled = self.sample_positives(query_idx, rng)
         extra = self.name_match_negatives(query_idx, rng)
         if self.shortlist is not None and self.negatives_per_query > 0:
-            for row in self.shortlist[query_idx]:
-                cand = row[row >= 0]
-                if len(cand):
-                    extra.append(rng.choice(cand, min(self.negatives_per_query, len(cand)), replace=False))
+            extra.append(draw_from_rows(self.shortlist[query_idx], self.negatives_per_query, rng))
         return pool_batch(self.Y, query_idx, sampled, extra, self.unsampled_positives)
 
     def state_dict(self) -> dict[str, Any]:
