@@ -55,8 +55,8 @@ class _DecoupledSoftmaxBlock(torch.autograd.Function):
         n_pos = torch.bincount(pi, minlength=s.shape[0]).to(s.dtype)
         n_queries = int((n_pos > 0).sum())
         per_query = torch.zeros_like(total).index_add_(0, pi, per_pair) / n_pos.clamp(min=1)
-        ctx.save_for_backward(exps, total, pi, pj, pos_logits, lse_at, n_pos, pair_w if pair_w is not None else total)
-        ctx.temperature, ctx.n_queries, ctx.has_w, ctx.dtype = temperature, n_queries, pair_w is not None, scores.dtype
+        ctx.save_for_backward(exps, total, pi, pj, pos_logits, lse_at, n_pos, pair_w)
+        ctx.temperature, ctx.n_queries, ctx.dtype = temperature, n_queries, scores.dtype
         return per_query.sum() / max(n_queries, 1)
 
     @staticmethod
@@ -64,7 +64,7 @@ class _DecoupledSoftmaxBlock(torch.autograd.Function):
         exps, total, pi, pj, pos_logits, lse_at, n_pos, pair_w = ctx.saved_tensors
         tau = ctx.temperature
         c = grad.to(exps.dtype) / max(ctx.n_queries, 1) / n_pos[pi]    # d loss / d (-log sigma_ij)
-        if ctx.has_w:
+        if pair_w is not None:
             c = c * pair_w
         # d(-log sigma_ij)/d lse_i = sigma(lse_i - l_ij) = -d(-log sigma_ij)/d l_ij
         share = c * torch.sigmoid(lse_at - pos_logits)

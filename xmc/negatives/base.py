@@ -89,13 +89,11 @@ def draw_from_rows(table: np.ndarray, k: int, rng: np.random.Generator) -> np.nd
     of a bag-of-words step at 256 queries)."""
     if k <= 0 or table.size == 0:
         return np.zeros(0, np.int64)
-    keys = rng.random(table.shape)
-    keys[table < 0] = 2.0          # above every entry's key: a pad is picked only where a row has fewer than k
+    picked = table                 # k at least a row's width: every entry
     if k < table.shape[1]:
-        cols = np.argpartition(keys, k - 1, axis=1)[:, :k]
-        picked = np.take_along_axis(table, cols, axis=1)
-    else:
-        picked = table
+        keys = rng.random(table.shape)
+        keys[table < 0] = 2.0      # above every entry's key: a pad is picked only where a row has fewer than k
+        picked = np.take_along_axis(table, np.argpartition(keys, k - 1, axis=1)[:, :k], axis=1)
     return picked[picked >= 0].astype(np.int64)
 
 
