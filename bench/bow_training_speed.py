@@ -29,7 +29,12 @@ label at the matrix-product peak (exact: 2 N L d FLOPs; IVF
 mining: its k-means, assignment, coarse search and scanned lists; encoding the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
 
     python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
-                                       [--out bench/bow_training_speed.json]
+                                       [--runs astra,dexml_bow] [--repeats 3] [--out bench/bow_training_speed.json]
+
+The loop times of one run on this machine vary by 10-20 % between minutes, as much as the distance to a target, so
+the reference and ``new`` are measured ``--repeats`` times, alternately (each pair close in time), and the figure
+is the median of the pairs' speed-ups with their range (``speedup_new_over_reference_median`` / ``_range``); the
+other variants run once, in the first pair.
 
 Not a test: run it on an idle machine.
 """
@@ -252,6 +257,8 @@ def main() -> None:
     ap.add_argument("--runs", default="astra,dexml_bow")
     ap.add_argument("--reference", default=REFERENCE, help="the commit whose library is the baseline")
     ap.add_argument("--out", default="bench/bow_training_speed.json")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="reference/new pairs measured alternately; the median ratio is reported")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peaks", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -272,11 +279,27 @@ def main() -> None:
                            "reference_commit": a.reference, "epochs": a.epochs, "runs": {}}
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
     new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)
+    # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
+    # the median of the pairs' ratios is the figure, their range its spread
+    pairs = {run: [(reference[run], new[run]["new"])] for run in runs}
+    for i in range(1, a.repeats):
+        print(f"repeat {i + 1} of {a.repeats}", flush=True)
+        ref_i = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
+        new_i = measure(runs, {run: {"new": VARIANTS[run]["new"]} for run in runs}, a.processed, a.epochs, peaks)
+        for run in runs:
+            pairs[run].append((ref_i[run], new_i[run]["new"]))
     for run in runs:
         res = {"reference": reference[run], **new[run]}
         for variant in new[run]:
             res[f"speedup_{variant}_over_reference"] = round(res[variant]["sentences_per_s"]
                                                              / res["reference"]["sentences_per_s"], 2)
+        ratios = [n["sentences_per_s"] / r["sentences_per_s"] for r, n in pairs[run]]
+        res["repeats"] = [{"reference_loop_seconds": r["loop_seconds"], "new_loop_seconds": n["loop_seconds"],
+                           "reference_sentences_per_s": r["sentences_per_s"],
+                           "new_sentences_per_s": n["sentences_per_s"], "speedup": round(x, 2)}
+                          for (r, n), x in zip(pairs[run], ratios)]
+        res["speedup_new_over_reference_median"] = round(float(np.median(ratios)), 2)
+        res["speedup_new_over_reference_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
         res["settings"] = VARIANTS[run]   # what each variant changes on the shipped run
         out["runs"][run] = res
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")

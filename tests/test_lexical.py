@@ -3,13 +3,15 @@ and its package predictor, on small hand-written label sets."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from xmc.lexical import LabelNameMatcher, parse_label_names
 from xmc.lexical.fuse import validation_folds
-from xmc.lexical.hybrid import HYBRID_FEATURES, HybridRanker, fit_fusion
+from xmc.lexical.hybrid import HYBRID_FEATURES, CandidateTable, FusionWeights, HybridRanker, fit_fusion, top_k
 
 WORDNET_STYLE = [
     "breathe, take a breath, respire (v): draw air into, and expel out of, the lungs",   # 0
@@ -106,9 +108,10 @@ def test_validation_folds_keep_documents_together():
     assert set(validation_folds(["d1"] * 6, 6, 2)) == {0, 1}   # one document: blocks of rows
 
 
-def test_hybrid_package_predicts_like_the_ranker(tmp_path):
-    """A package around a base predictor + fusion weights: the API's top-k equals the ranker applied to the base
-    predictor's top-k (what the fuse stage writes)."""
+@pytest.mark.parametrize("fusion", ["logistic", "boosted_trees"])
+def test_hybrid_package_predicts_like_the_ranker(tmp_path, fusion):
+    """A package around a base predictor + a fusion (logistic weights, or trees read back from the package's JSON):
+    the API's top-k equals the ranker applied to the base predictor's top-k (what the fuse stage writes)."""
     import xmc
     from xmc.encoders import HashedBagOfWordsEncoder
     from xmc.package import build_package, package_from_predictor
@@ -132,7 +135,14 @@ def test_hybrid_package_predicts_like_the_ranker(tmp_path):
     D, I = base.topk(texts, 5)
     ranker = HybridRanker(WORDNET_STYLE, "auto", np.arange(len(WORDNET_STYLE), dtype=float))
     Y = sp.csr_matrix((np.ones(3), ([0, 1, 2], [8, 0, 4])), shape=(3, len(WORDNET_STYLE)))
-    ranker.weights = fit_fusion(ranker.table(texts, D, I), Y)
+    if fusion == "logistic":
+        ranker.weights = fit_fusion(ranker.table(texts, D, I), Y)
+    else:   # three texts are too few to grow trees on: trees grown on the interaction table, same features
+        from xmc.config.schema import BoostedTreesFusionConfig
+        from xmc.lexical.hybrid import BoostedTreesFusion, fit_boosted_fusion
+
+        ranker.weights = fit_boosted_fusion(*_interaction_table(), BoostedTreesFusionConfig().model_dump())
+        assert isinstance(ranker.weights, BoostedTreesFusion)
     out = tmp_path / "hybrid_predictor"
     section = HybridPredictor.build(base_dir, out, WORDNET_STYLE, {"ranker": ranker, "base_k": 5})
     (out / "predictor.json").write_text(json.dumps(section))
@@ -423,3 +433,72 @@ def test_the_ensemble_stage_depends_on_every_member_it_fuses():
     deps = yaml.safe_load((root / "pipelines/predict/dvc.yaml").read_text())["stages"]["fuse_ensemble"]["deps"]
     expected = {f"{d}/{m}" for m in members for d in ("predictions", "indexes")}
     assert {d for d in deps if d.split("/")[0] in ("predictions", "indexes")} == expected
+
+
+def _interaction_table(n_rows: int = 600, per_row: int = 12, seed: int = 0):
+    """Candidates whose truth needs an interaction: a name match helps only a candidate the method ranks high,
+    and the sense prior matters only for a matched name (what a weighted sum cannot express)."""
+    rng = np.random.default_rng(seed)
+    n = n_rows * per_row
+    X = rng.normal(size=(n, len(HYBRID_FEATURES)))
+    X[:, 1] = (rng.random(n) < 0.8).astype(float)            # method_retrieved
+    X[:, 2] = (rng.random(n) < 0.3).astype(float)            # matched
+    logit = 2.5 * X[:, 2] * np.tanh(2 * X[:, 0]) + 1.5 * X[:, 2] * X[:, 7] - 1.0
+    y = rng.random(n) < 1 / (1 + np.exp(-logit))
+    rows = np.repeat(np.arange(n_rows), per_row)
+    labels = np.tile(np.arange(per_row), n_rows)
+    gold = sp.csr_matrix((y.astype(float), (rows, labels)), shape=(n_rows, per_row))
+    return CandidateTable(rows, labels, X), gold
+
+
+def test_boosted_fusion_scores_as_scikit_learn_and_survives_json():
+    """The exported trees give scikit-learn's decision_function (missing values included) and the same scores after
+    a JSON round trip; a malformed tree is refused."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from xmc.config.schema import BoostedTreesFusionConfig
+    from xmc.lexical.hybrid import BoostedTreesFusion, fit_boosted_fusion, fusion_from_json
+
+    table, gold = _interaction_table()
+    X = table.X.copy()
+    X[::13, 0] = np.nan   # never seen in fitting: scikit-learn sends such values to the larger child
+    st = BoostedTreesFusionConfig().model_dump()
+    fusion = fit_boosted_fusion(table, gold, st)
+    assert isinstance(fusion, BoostedTreesFusion) and 1 < len(fusion.trees) <= st["max_iter"]
+    y = np.asarray(gold[table.rows, table.labels]).ravel() > 0
+    clf = HistGradientBoostingClassifier(**{k: st[k] for k in fusion.settings if k != "n_iter"}, random_state=0)
+    clf.fit(table.X, y)
+    np.testing.assert_allclose(fusion.score(X), clf.decision_function(X), rtol=0, atol=1e-9)
+    again = fusion_from_json(json.loads(json.dumps(fusion.to_json())))
+    assert isinstance(again, BoostedTreesFusion) and np.array_equal(again.score(X), fusion.score(X))
+    d = fusion.describe()
+    assert d["kind"] == "boosted_trees" and d["n_trees"] == len(fusion.trees) and "trees" not in d
+    broken = fusion.to_json()
+    broken["trees"][0]["left"][0] = 0   # a node that is its own child
+    with pytest.raises(ValueError, match="inconsistent"):
+        fusion_from_json(broken)
+    with pytest.raises(ValueError, match="unknown fusion kind"):
+        fusion_from_json({**fusion.to_json(), "kind": "forest"})
+    assert isinstance(fusion_from_json(fit_fusion(table, gold).to_json()), FusionWeights)   # the format before trees
+
+
+def test_boosted_fusion_ranks_better_than_the_logistic_one_where_features_interact():
+    """On held-out rows of the interaction table, trees put a true candidate first more often than the weighted
+    sum; with too few true candidates the trees step aside for the logistic fusion."""
+    from xmc.config.schema import BoostedTreesFusionConfig
+    from xmc.lexical.hybrid import fit_boosted_fusion
+
+    table, gold = _interaction_table()
+    train = table.rows < 400
+    fit = CandidateTable(table.rows[train], table.labels[train], table.X[train])
+    held = CandidateTable(table.rows[~train], table.labels[~train], table.X[~train])
+    st = BoostedTreesFusionConfig().model_dump()
+
+    def p_at_1(fusion) -> float:
+        _, top = top_k(held, fusion.score(held.X), gold.shape[0], 1)
+        return float(np.mean([gold[r, top[r, 0]] > 0 for r in range(400, gold.shape[0])]))
+
+    trees, linear = p_at_1(fit_boosted_fusion(fit, gold, st)), p_at_1(fit_fusion(fit, gold))
+    assert trees > linear + 0.05, (trees, linear)
+    few = CandidateTable(table.rows[:40], table.labels[:40], table.X[:40])
+    assert isinstance(fit_boosted_fusion(few, gold, st), FusionWeights)

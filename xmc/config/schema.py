@@ -559,16 +559,31 @@ class ZeroShotFusionConfig(Section):
 
 
 class EnsembleFusionConfig(Section):
-    """The ensemble hybrid: the member runs' top-k lists ∪ label-name matches under one logistic fusion."""
+    """The ensemble hybrid: the member runs' top-k lists ∪ label-name matches under one fusion."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+_hybrid$")] = "ensemble_hybrid"   # its prediction name
     members: list[str] = []            # runs of hybrid.runs fused together ([] = no ensemble stage output)
 
 
+class BoostedTreesFusionConfig(Section):
+    """The boosted-trees fusion: scikit-learn HistGradientBoostingClassifier settings (binary log-loss)."""
+
+    max_iter: Annotated[int, Field(ge=1, le=5000)] = 200
+    learning_rate: PosFloat = 0.1
+    max_leaf_nodes: Annotated[int, Field(ge=2, le=1024)] = 15
+    min_samples_leaf: Annotated[int, Field(ge=1)] = 50
+    l2_regularization: Annotated[float, Field(ge=0)] = 1.0
+    early_stopping: bool = True
+    validation_fraction: Annotated[float, Field(gt=0, lt=1)] = 0.1
+    n_iter_no_change: Annotated[int, Field(ge=1)] = 10
+
+
 class HybridConfig(Section):
-    """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored with fusion weights fit on validation."""
+    """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored by a fusion fit on validation."""
 
     runs: list[str] = []
+    fusion: Literal["boosted_trees", "logistic"] = "boosted_trees"
+    boosted_trees: BoostedTreesFusionConfig = BoostedTreesFusionConfig()
     C: PosFloat = 1.0                 # inverse L2 strength of the logistic fusion
     cross_fit_folds: Annotated[int, Field(ge=2, le=20)] = 2   # validation folds (by document) for honest val metrics
     zero_shot_runs: list[str] = []    # zero-shot methods fused without training data -> <run>_zs_hybrid

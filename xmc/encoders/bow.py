@@ -161,8 +161,12 @@ class _WeightedBags(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: torch.Tensor):  # type: ignore[override]
         ids, w, lengths = ctx.saved_tensors
-        sorted_ids, order = torch.sort(ids, stable=True)   # the entries grouped by bucket
+        # the entries grouped by bucket; bucket ids fit in int32, whose radix sort takes about 0.6x the time of
+        # int64's (stable either way, so the same order and the same sums)
+        keys = ids.to(torch.int32) if ctx.shape[0] <= torch.iinfo(torch.int32).max else ids
+        sorted_ids, order = torch.sort(keys, stable=True)
         uniq, counts = torch.unique_consecutive(sorted_ids, return_counts=True)
+        uniq = uniq.to(torch.int64)
         starts = torch.cumsum(counts, 0) - counts
         bag_of = torch.repeat_interleave(torch.arange(len(lengths), device=ids.device), lengths)
         values = F.embedding_bag(bag_of[order], grad.contiguous(), starts, mode="sum", per_sample_weights=w[order])

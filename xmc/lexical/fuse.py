@@ -32,22 +32,52 @@ def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.
     return np.array([fold_of[str(g)] if g is not None else i % n_folds for i, g in enumerate(groups)], np.int64)
 
 
+def fit_supervised_fusion(cfg: dict[str, Any], table: Any, gold: Any, rows: np.ndarray, features: tuple[str, ...],
+                          kind: str | None = None) -> Any:
+    """The fusion ``kind`` (default params ``hybrid.fusion``: boosted_trees or logistic) fit on the candidates of the
+    validation texts ``rows`` of ``table`` (:class:`~xmc.lexical.hybrid.CandidateTable`)."""
+    from xmc.lexical.hybrid import CandidateTable, fit_boosted_fusion, fit_fusion
+
+    keep = np.isin(table.rows, rows)
+    sub = CandidateTable(table.rows[keep], table.labels[keep], table.X[keep])
+    if (kind or cfg["fusion"]) == "boosted_trees":
+        return fit_boosted_fusion(sub, gold, cfg["boosted_trees"], features, C=cfg["C"])
+    return fit_fusion(sub, gold, cfg["C"], features)
+
+
+def cross_fitted_scores(table: Any, folds: np.ndarray, fit: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """Each candidate's score under a fusion fit on the other folds' texts (``folds``: fold of each text; ``fit``:
+    text rows -> (fusion, info)): the validation predictions of a hybrid, not in-sample. Returns (scores, the
+    folds' infos)."""
+    cross = np.zeros(len(table.rows))
+    infos: dict[str, Any] = {}
+    for f in range(int(folds.max()) + 1 if len(folds) else 0):
+        held = folds[table.rows] == f
+        if held.any() and (~held).any():
+            w, info = fit(np.flatnonzero(folds != f))
+            cross[held] = w.score(table.X[held])
+            if info:
+                infos[f"fold_{f}"] = info
+    return cross, infos
+
+
 def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_shot: bool = False,
              with_predictor: bool = True) -> dict[str, Any]:
     """``with_predictor``: also write ``indexes/<run>_hybrid`` (the model package's hybrid predictor over the run's
     index); without it only the predictions are written (a run trained elsewhere whose index is not here, e.g. the
     GPU profiles). ``zero_shot``: read no training data (``<run>_zs_hybrid``): the fusion is the label-name retriever's
     zero-shot score plus a weighted method score (:func:`xmc.lexical.hybrid.zero_shot_fusion`), the two weights
-    chosen on the validation split from ``hybrid.zero_shot`` grids; otherwise (``<run>_hybrid``) a logistic
-    fusion fit on validation, with the training label counts among its features."""
+    chosen on the validation split from ``hybrid.zero_shot`` grids; otherwise (``<run>_hybrid``) the fusion of
+    ``hybrid.fusion`` (boosted trees or logistic) fit on validation, with the training label counts among its
+    features."""
     out_name = name + (ZERO_SHOT_SUFFIX if zero_shot else SUFFIX)
     return _fuse(params, [name], out_name, Path(root), zero_shot=zero_shot, with_predictor=with_predictor)
 
 
 def fuse_ensemble(params: dict[str, Any], root: str | Path = ".") -> dict[str, Any]:
     """The ensemble hybrid (params ``hybrid.ensemble``): the union of the member runs' top-k lists and the name
-    matches, re-scored by one logistic fusion of every member's score and the name evidence, fit on validation
-    (cross-fitted there) -> ``predictions/<name>`` and the predictor ``indexes/<name>`` over the members' indexes."""
+    matches, re-scored by one fusion (``hybrid.fusion``) of every member's score and the name evidence, fit on
+    validation (cross-fitted there) -> ``predictions/<name>`` and the predictor ``indexes/<name>`` over the members' indexes."""
     from xmc.errors import ConfigError
 
     ens = params["hybrid"]["ensemble"]
@@ -64,7 +94,7 @@ def _fuse(params: dict[str, Any], bases: list[str], out_name: str, root: Path, z
     from xmc.data import load_processed
     from xmc.errors import ConfigError
     from xmc.io import atomic_dir, read_json, write_json
-    from xmc.lexical.hybrid import CandidateTable, HybridRanker, choose_zero_shot_fusion, fit_fusion, top_k
+    from xmc.lexical.hybrid import HybridRanker, choose_zero_shot_fusion, top_k
     from xmc.methods.base import PREDICTOR_SECTION
     from xmc.package.predictors import HybridPredictor
     from xmc.predictions import TopK
@@ -98,7 +128,6 @@ def _fuse(params: dict[str, Any], bases: list[str], out_name: str, root: Path, z
                           cased_names=names_cfg["cased_names"], members=bases if ensemble else None)
     table = ranker.table_many(ds.val.texts, base_topk("val"))
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
-    cross = np.zeros(len(table.rows))
     chosen: dict[str, Any] = {}
 
     def fit(rows: np.ndarray):
@@ -106,17 +135,10 @@ def _fuse(params: dict[str, Any], bases: list[str], out_name: str, root: Path, z
             w, info = choose_zero_shot_fusion(table, ds.val.Y, rows, zs["method_weight"], zs["matched_bonus"],
                                               zs["precision_k"])
             return w, info
-        keep = np.isin(table.rows, rows)
-        return fit_fusion(CandidateTable(table.rows[keep], table.labels[keep], table.X[keep]), ds.val.Y, cfg["C"],
-                          ranker.features), {}
+        return fit_supervised_fusion(cfg, table, ds.val.Y, rows, ranker.features), {}
 
-    for f in range(cfg["cross_fit_folds"]):
-        held = folds[table.rows] == f
-        if held.any() and (~held).any():
-            w, info = fit(np.flatnonzero(folds != f))
-            cross[held] = w.score(table.X[held])
-            if info:
-                chosen[f"fold_{f}"] = info
+    cross, infos = cross_fitted_scores(table, folds, fit)
+    chosen.update(infos)
     ranker.weights, info = fit(np.arange(len(ds.val)))
     if info:
         chosen["all"] = info
@@ -145,9 +167,11 @@ def _fuse(params: dict[str, Any], bases: list[str], out_name: str, root: Path, z
                "splits": list(splits), "predictor": "hybrid",
                **({"members": bases} if ensemble else {"base": bases[0]}),
                "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
-               "fusion": ranker.weights.to_json(), "cross_fit_folds": cfg["cross_fit_folds"],
+               "fusion": ranker.weights.describe(), "cross_fit_folds": cfg["cross_fit_folds"],
                "zero_shot": zero_shot, **({"chosen_on_validation": chosen} if chosen else {})}
     write_json(root / "predictions" / out_name / "timing.json", summary)
-    log.info("fused %s with label names into %s: %.1f candidates per text, weights %s", " + ".join(bases), out_name,
-             summary["candidates_per_text"], kv(dict(zip(ranker.weights.features, ranker.weights.weights.tolist())), 3))
+    d = summary["fusion"]
+    log.info("fused %s with label names into %s: %.1f candidates per text, %s fusion %s", " + ".join(bases), out_name,
+             summary["candidates_per_text"], d["kind"],
+             kv(dict(zip(d["features"], d["weights"])), 3) if "weights" in d else f"of {d['n_trees']} trees")
     return summary

@@ -1,10 +1,13 @@
 """Hybrid candidates and a learned fusion: a method's top-k ∪ the labels whose names occur in the text,
-re-scored by a logistic model over the method's score and the name-match evidence.
+re-scored by a model over the method's score and the name-match evidence: gradient-boosted trees
+(:class:`BoostedTreesFusion`, params ``hybrid.fusion: boosted_trees``) or a logistic model (:class:`FusionWeights`).
+Trees see interactions a weighted sum cannot (a name match is strong evidence for a label the method ranks high and
+weak for one it ranks low; a sense prior matters for an ambiguous name only).
 
 Features of a (text, label) candidate (:data:`HYBRID_FEATURES`): the method's score (the row's lowest
 retrieved score minus one where the method did not retrieve the label), whether the method retrieved it,
-the name-match features of :mod:`xmc.lexical.matcher`, and the label's log training count. The weights are
-fit on the **validation** split (a handful of numbers, like any other choice made there); the validation
+the name-match features of :mod:`xmc.lexical.matcher`, and the label's log training count. The fusion is
+fit on the **validation** split (a small model over a dozen features, like any other choice made there); the validation
 metrics of the fused ranking are cross-fitted by document group so that they are not in-sample.
 
 An ensemble hybrid fuses several runs at once: the candidates are the union of their top-k lists and the name
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +102,147 @@ class FusionWeights:
                    np.asarray(d["scale"], np.float64), feats)
 
 
+    def describe(self) -> dict[str, Any]:
+        """What a run's timing.json records of the fusion: the whole model (a dozen numbers)."""
+        return {"kind": "logistic", **self.to_json()}
+
+
+@dataclass
+class BoostedTreesFusion:
+    """Gradient-boosted regression trees over the raw features (binary log-loss, fit by scikit-learn's
+    HistGradientBoostingClassifier): score = baseline + Σ_t tree_t(x), the log-odds that the candidate is a true
+    label. The trees are kept as plain arrays (node: feature, threshold, children, value) and evaluated here, so a
+    model package holds JSON, not a pickled estimator, and reads the same under any scikit-learn version.
+
+    A node with ``feature[n] < 0`` is a leaf; elsewhere x goes left when ``x[feature] <= threshold`` (a missing
+    value goes where ``missing_left`` says), which is scikit-learn's own rule (tested against its
+    ``decision_function``)."""
+
+    trees: list[dict[str, np.ndarray]]   # per tree: feature (int), threshold, missing_left (bool), left, right, value
+    baseline: float
+    features: tuple[str, ...] = HYBRID_FEATURES
+    settings: dict[str, Any] | None = None
+    _stack: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
+
+    _ROWS_PER_BLOCK = 4096   # rows x trees node indices per pass: a few MB
+
+    def _stacked(self) -> dict[str, np.ndarray]:
+        """The trees as (n_trees, most nodes) arrays, padded with leaves of value 0, and the deepest leaf's depth."""
+        if self._stack is None:
+            width = max(len(t["feature"]) for t in self.trees)
+            st = {"feature": np.full((len(self.trees), width), -1, np.int64)}
+            for key, dtype in (("threshold", np.float64), ("missing_left", bool), ("left", np.int64),
+                               ("right", np.int64), ("value", np.float64)):
+                st[key] = np.zeros((len(self.trees), width), dtype)
+            for i, t in enumerate(self.trees):
+                for key in st:
+                    st[key][i, : len(t[key])] = t[key]
+            depth = 0
+            for t in self.trees:   # levels below the root, breadth-first
+                level, d = np.array([0]), 0
+                while (inner := level[t["feature"][level] >= 0]).size:
+                    level, d = np.concatenate([t["left"][inner], t["right"][inner]]), d + 1
+                depth = max(depth, d)
+            st["depth"] = np.array(depth)
+            self._stack = st
+        return self._stack
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """baseline + the sum of the trees' leaf values: every tree at once, one level per pass over a block of
+        rows (a single query's candidates take a dozen numpy calls, not one per tree and level)."""
+        X = np.asarray(X, np.float64)
+        out = np.full(len(X), self.baseline)
+        if not self.trees or not len(X):
+            return out
+        st = self._stacked()
+        trees = np.arange(len(self.trees))[None, :]
+        for a in range(0, len(X), self._ROWS_PER_BLOCK):
+            Xb = X[a : a + self._ROWS_PER_BLOCK]
+            node = np.zeros((len(Xb), len(self.trees)), np.int64)
+            for _ in range(int(st["depth"])):
+                f = st["feature"][trees, node]
+                inner = f >= 0
+                x = np.take_along_axis(Xb, np.maximum(f, 0), axis=1)
+                left = np.where(np.isnan(x), st["missing_left"][trees, node], x <= st["threshold"][trees, node])
+                node = np.where(inner, np.where(left, st["left"][trees, node], st["right"][trees, node]), node)
+            out[a : a + len(Xb)] += st["value"][trees, node].sum(1)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": "boosted_trees", "features": list(self.features), "baseline": self.baseline,
+                "settings": self.settings or {},
+                "trees": [{"feature": t["feature"].tolist(), "threshold": t["threshold"].tolist(),
+                           "missing_left": t["missing_left"].astype(int).tolist(), "left": t["left"].tolist(),
+                           "right": t["right"].tolist(), "value": t["value"].tolist()} for t in self.trees]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any], expected: tuple[str, ...] = HYBRID_FEATURES) -> BoostedTreesFusion:
+        from xmc.errors import ConfigError
+
+        feats = tuple(d["features"])
+        if feats != expected:
+            raise ConfigError(f"fusion trees for features {feats}, this code computes {expected}")
+        trees = []
+        for t in d["trees"]:
+            tree = {"feature": np.asarray(t["feature"], np.int64), "threshold": np.asarray(t["threshold"], np.float64),
+                    "missing_left": np.asarray(t["missing_left"], bool), "left": np.asarray(t["left"], np.int64),
+                    "right": np.asarray(t["right"], np.int64), "value": np.asarray(t["value"], np.float64)}
+            n = len(tree["feature"])
+            inner = tree["feature"] >= 0
+            if any(len(a) != n for a in tree.values()) or n == 0 or (tree["feature"] >= len(feats)).any() or (
+                    inner & ((tree["left"] <= np.arange(n)) | (tree["right"] <= np.arange(n))
+                             | (tree["left"] >= n) | (tree["right"] >= n))).any():
+                raise ValueError("a tree's node arrays are inconsistent (lengths, features or children)")
+            trees.append(tree)
+        return cls(trees, float(d["baseline"]), feats, dict(d.get("settings") or {}))
+
+    def describe(self) -> dict[str, Any]:
+        """What a run's timing.json records of the fusion (the trees themselves are in the predictor's fusion.json)."""
+        return {"kind": "boosted_trees", "features": list(self.features), "n_trees": len(self.trees),
+                "leaves": int(sum(int((t["feature"] < 0).sum()) for t in self.trees)), "settings": self.settings or {}}
+
+
+Fusion = FusionWeights | BoostedTreesFusion
+
+
+def fusion_from_json(d: dict[str, Any], expected: tuple[str, ...] = HYBRID_FEATURES) -> Fusion:
+    """A fusion saved by ``to_json`` (logistic when it names no kind: the format before trees)."""
+    kind = d.get("kind", "logistic")
+    if kind == "boosted_trees":
+        return BoostedTreesFusion.from_json(d, expected)
+    if kind != "logistic":
+        raise ValueError(f"unknown fusion kind {kind!r} (expected logistic or boosted_trees)")
+    return FusionWeights.from_json(d, expected)
+
+
+def fit_boosted_fusion(table: CandidateTable, gold: sp.csr_matrix, settings: dict[str, Any],
+                       features: tuple[str, ...] = HYBRID_FEATURES, seed: int = 0, C: float = 1.0) -> Fusion:
+    """Gradient-boosted trees for "candidate is a true label" on the candidates of the given texts (``settings``:
+    params ``hybrid.boosted_trees``; early stopping holds out ``validation_fraction`` of the candidates). With fewer
+    than ``2 * min_samples_leaf`` true or false candidates it returns the logistic fusion (strength ``C``) instead."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    y = np.asarray(gold[table.rows, table.labels]).ravel() > 0
+    if min(int(y.sum()), int((~y).sum())) < 2 * settings["min_samples_leaf"]:
+        # too few true (or false) candidates for a tree to split them off: the logistic fusion
+        return fit_fusion(table, gold, C, features)
+    st = {k: settings[k] for k in ("max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf",
+                                   "l2_regularization", "early_stopping", "validation_fraction", "n_iter_no_change")}
+    clf = HistGradientBoostingClassifier(**st, random_state=seed).fit(table.X, y)
+    trees = []
+    for (tree,) in clf._predictors:   # binary: one tree per boosting iteration
+        nodes = tree.nodes
+        if nodes["is_categorical"].any():
+            raise RuntimeError("categorical splits are not supported by the exported fusion")
+        trees.append({"feature": np.where(nodes["is_leaf"] == 1, -1, nodes["feature_idx"]).astype(np.int64),
+                      "threshold": nodes["num_threshold"].astype(np.float64),
+                      "missing_left": nodes["missing_go_to_left"].astype(bool),
+                      "left": nodes["left"].astype(np.int64), "right": nodes["right"].astype(np.int64),
+                      "value": np.where(nodes["is_leaf"] == 1, nodes["value"], 0.0).astype(np.float64)})
+    return BoostedTreesFusion(trees, float(np.ravel(clf._baseline_prediction)[0]), features,
+                              {**st, "n_iter": int(clf.n_iter_)})
+
+
 def fit_fusion(table: CandidateTable, gold: sp.csr_matrix, C: float = 1.0,
                features: tuple[str, ...] = HYBRID_FEATURES) -> FusionWeights:
     """Logistic regression of "candidate is a true label" on the candidates of the given texts (``features``: the
@@ -178,7 +322,7 @@ class HybridRanker:
     (the ensemble hybrid): :meth:`table_many` / :meth:`rank_many` take one (scores, ids) pair per member, in order."""
 
     def __init__(self, label_texts: Sequence[str], mode: str, train_counts: np.ndarray,
-                 weights: FusionWeights | None = None, max_words: int = 4, cased_names: bool = False,
+                 weights: Fusion | None = None, max_words: int = 4, cased_names: bool = False,
                  members: Sequence[str] | None = None) -> None:
         from xmc.lexical.names import parse_label_names
 

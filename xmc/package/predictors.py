@@ -545,7 +545,7 @@ class HybridPredictor(Predictor):
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> HybridPredictor:
         from xmc.io import read_json_file
-        from xmc.lexical.hybrid import FusionWeights, HybridRanker, hybrid_features
+        from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
 
         st = _lexical_settings(section, root)
 
@@ -567,7 +567,7 @@ class HybridPredictor(Predictor):
             bases = load_base(root / "base", section.get("base"))
         fusion = read_json_file(root / section.get("fusion", "fusion") / "fusion.json", "fusion weights")
         try:
-            weights = FusionWeights.from_json(fusion, hybrid_features(names))
+            weights = fusion_from_json(fusion, hybrid_features(names))
         except (KeyError, TypeError, ValueError) as e:
             raise DataFormatError(root / "fusion" / "fusion.json", None, f"not fusion weights ({str(e)[:120]})") from None
         counts = _load_counts(root / "fusion" / "train_counts.npz", len(label_texts))
