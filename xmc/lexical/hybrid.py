@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -122,50 +122,24 @@ class BoostedTreesFusion:
     baseline: float
     features: tuple[str, ...] = HYBRID_FEATURES
     settings: dict[str, Any] | None = None
-    _stack: dict[str, np.ndarray] | None = field(default=None, init=False, repr=False, compare=False)
-
-    _ROWS_PER_BLOCK = 4096   # rows x trees node indices per pass: a few MB
-
-    def _stacked(self) -> dict[str, np.ndarray]:
-        """The trees as (n_trees, most nodes) arrays, padded with leaves of value 0, and the deepest leaf's depth."""
-        if self._stack is None:
-            width = max(len(t["feature"]) for t in self.trees)
-            st = {"feature": np.full((len(self.trees), width), -1, np.int64)}
-            for key, dtype in (("threshold", np.float64), ("missing_left", bool), ("left", np.int64),
-                               ("right", np.int64), ("value", np.float64)):
-                st[key] = np.zeros((len(self.trees), width), dtype)
-            for i, t in enumerate(self.trees):
-                for key in st:
-                    st[key][i, : len(t[key])] = t[key]
-            depth = 0
-            for t in self.trees:   # levels below the root, breadth-first
-                level, d = np.array([0]), 0
-                while (inner := level[t["feature"][level] >= 0]).size:
-                    level, d = np.concatenate([t["left"][inner], t["right"][inner]]), d + 1
-                depth = max(depth, d)
-            st["depth"] = np.array(depth)
-            self._stack = st
-        return self._stack
 
     def score(self, X: np.ndarray) -> np.ndarray:
-        """baseline + the sum of the trees' leaf values: every tree at once, one level per pass over a block of
-        rows (a single query's candidates take a dozen numpy calls, not one per tree and level)."""
+        """baseline + the sum of the trees' leaf values. A tree at a time, one level per pass over the rows not yet
+        at a leaf (measured faster than every tree at once over a rows x trees node array, from 150 rows up)."""
         X = np.asarray(X, np.float64)
         out = np.full(len(X), self.baseline)
-        if not self.trees or not len(X):
-            return out
-        st = self._stacked()
-        trees = np.arange(len(self.trees))[None, :]
-        for a in range(0, len(X), self._ROWS_PER_BLOCK):
-            Xb = X[a : a + self._ROWS_PER_BLOCK]
-            node = np.zeros((len(Xb), len(self.trees)), np.int64)
-            for _ in range(int(st["depth"])):
-                f = st["feature"][trees, node]
-                inner = f >= 0
-                x = np.take_along_axis(Xb, np.maximum(f, 0), axis=1)
-                left = np.where(np.isnan(x), st["missing_left"][trees, node], x <= st["threshold"][trees, node])
-                node = np.where(inner, np.where(left, st["left"][trees, node], st["right"][trees, node]), node)
-            out[a : a + len(Xb)] += st["value"][trees, node].sum(1)
+        rows = np.arange(len(X))
+        for t in self.trees:
+            feature, threshold, missing_left = t["feature"], t["threshold"], t["missing_left"]
+            node = np.zeros(len(X), np.int64)
+            live = rows[feature[node] >= 0]
+            while live.size:
+                n = node[live]
+                x = X[live, feature[n]]
+                left = np.where(np.isnan(x), missing_left[n], x <= threshold[n])
+                node[live] = np.where(left, t["left"][n], t["right"][n])
+                live = live[feature[node[live]] >= 0]
+            out += t["value"][node]
         return out
 
     def to_json(self) -> dict[str, Any]:
