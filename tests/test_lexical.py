@@ -469,6 +469,11 @@ def test_boosted_fusion_scores_as_scikit_learn_and_survives_json():
     clf = HistGradientBoostingClassifier(**{k: st[k] for k in fusion.settings if k != "n_iter"}, random_state=0)
     clf.fit(table.X, y)
     np.testing.assert_allclose(fusion.score(X), clf.decision_function(X), rtol=0, atol=1e-9)
+    from xmc.native import trees_score
+
+    assert trees_score() is not None   # the C kernel builds here, and adds the trees as the numpy path does
+    assert np.array_equal(fusion.score(X), fusion.score(X, native=False))
+    assert np.array_equal(fusion.score(X[:1]), fusion.score(X[:1], native=False)) and fusion.score(X[:0]).shape == (0,)
     again = fusion_from_json(json.loads(json.dumps(fusion.to_json())))
     assert isinstance(again, BoostedTreesFusion) and np.array_equal(again.score(X), fusion.score(X))
     d = fusion.describe()

@@ -107,6 +107,19 @@ def row_adam() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     return fn
 
 
+def trees_score() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """``xmc_trees_score(X, n_rows, n_features, feature, threshold, missing_left, left, right, value, tree_start,
+    n_trees, baseline, out)``, or None."""
+    lib = load("trees_score")
+    if lib is None:
+        return None
+    fn = lib.xmc_trees_score
+    fn.restype = None
+    fn.argtypes = ([ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64] + [ctypes.c_void_p] * 7
+                   + [ctypes.c_int64, ctypes.c_double, ctypes.c_void_p])
+    return fn
+
+
 def ngram_hash() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     """``xmc_hash_ngrams_ascii(texts, offsets, n_texts, ngram_max, n_buckets, out_ids, out_counts, cap)``, or None."""
     lib = load("ngram_hash")
