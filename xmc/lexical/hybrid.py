@@ -229,8 +229,7 @@ def fit_boosted_fusion(table: CandidateTable, gold: sp.csr_matrix, settings: dic
     if min(int(y.sum()), int((~y).sum())) < 2 * settings["min_samples_leaf"]:
         # too few true (or false) candidates for a tree to split them off: the logistic fusion
         return fit_fusion(table, gold, C, features)
-    st = {k: settings[k] for k in ("max_iter", "learning_rate", "max_leaf_nodes", "min_samples_leaf",
-                                   "l2_regularization", "early_stopping", "validation_fraction", "n_iter_no_change")}
+    st = dict(settings)   # the fields of xmc.config.schema.BoostedTreesFusionConfig, the estimator's own names
     clf = HistGradientBoostingClassifier(**st, random_state=seed).fit(table.X, y)
     trees = []
     for (tree,) in clf._predictors:   # binary: one tree per boosting iteration
