@@ -17,6 +17,8 @@ Three steps, because the GPU machine has neither the data nor the encoder packag
         # --epochs dexml=20 trains a method whose epoch cost an earlier lease measured, with no probe
     python -m bench.gpu_profiles collect DIR...  # here: the folders that came back -> metrics/gpu/, bench/gpu_profiles.json
                                                  # (earlier leases' rows kept; paired tests against the CPU xr_linear)
+    python -m bench.gpu_profiles refuse DIR... --calls N,...   # here: collected calls fused again with the
+                                                 # label names when the fusion changed (no new lease)
 
 ``pack`` stores MiniLM's weights in float16 (the transfer limit; the machine rebuilds float32 weights from them),
 and of the word-embedding table only the rows of the word pieces that occur in the carried texts, as int8 with a
@@ -457,6 +459,10 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("dirs", type=Path, nargs="+", help="the folders of the device calls, in order")
     c.add_argument("--peers", default="xr_linear", help="CPU runs to test against, where evaluation/tst/<peer>.npz is")
     c.add_argument("--fresh", action="store_true", help="drop the earlier leases' rows from bench/gpu_profiles.json")
+    f = sub.add_parser("refuse", help="here: collected calls' runs fused again with the label names (current fusion)")
+    f.add_argument("dirs", type=Path, nargs="+", help="the folders of device calls already collected")
+    f.add_argument("--calls", required=True, help="their call numbers in bench/gpu_profiles.json, comma-separated")
+    f.add_argument("--peers", default="xr_linear", help="CPU runs to test against, where evaluation/tst/<peer>.npz is")
     args = ap.parse_args(argv)
     if args.cmd == "pack":
         pack(args.dest, wheels=not args.no_wheels, data_root=args.data_root)
@@ -471,8 +477,10 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"--epochs names methods not in --methods: {unknown}")
         run(args.work.resolve(), args.out.resolve(), methods, args.budget, args.carry.resolve(), args.max_steps,
             args.total, fixed)
-    else:
+    elif args.cmd == "collect":
         collect(args.dirs, tuple(x for x in args.peers.split(",") if x), keep=not args.fresh)
+    else:
+        refuse(args.dirs, [int(x) for x in args.calls.split(",") if x], tuple(x for x in args.peers.split(",") if x))
 
 
 def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = None) -> dict[str, Any] | None:
@@ -514,6 +522,60 @@ def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = No
             "evaluation": ws / "evaluation"}
 
 
+def _record(v: str, row: dict[str, Any], device: str, tst: dict[str, Any], val: dict[str, Any], evaluation: Path,
+            **extra: Any) -> None:
+    """``v``'s metrics (tagged with the run's epochs and device) and per-instance files -> the repo."""
+    for split, mdir, m in (("tst", "metrics", tst), ("val", "metrics_val", val)):
+        dest = ROOT / mdir / "gpu" / f"{v}.json"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(json.dumps({**m, "epochs": row["epochs"], "profile_epochs": row["profile_epochs"],
+                                    "device": device, **extra}, indent=2) + "\n")
+        npz = ROOT / "evaluation" / "gpu" / split / f"{v}.npz"
+        npz.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(evaluation / split / f"{v}.npz", npz)
+
+
+def _pair_against(v: str, row: dict[str, Any], mine_npz: Path, versus: list[tuple[str, Path]]) -> list[dict[str, Any]]:
+    """Paired bootstrap of ``v`` against each peer whose per-instance file is here (same test instances)."""
+    from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap
+
+    mine, out = InstanceContributions.load(mine_npz), []
+    for peer, peer_npz in versus:
+        if not peer_npz.exists():
+            continue
+        for metric in ("P@1", "P@5", "PSP@5", "R@100"):
+            out.append({"variant": v, "epochs": row["epochs"], "call": row["call"], "peer": peer,
+                        **paired_bootstrap(mine, InstanceContributions.load(peer_npz), metric)})
+    return out
+
+
+def _hybrid_of(row: dict[str, Any], v: str, call_dir: Path, device: str,
+               peers: tuple[str, ...]) -> tuple[str, list[dict[str, Any]]] | None:
+    """The GPU run ``v`` of ``row`` fused with the label names, as the CPU runs' hybrids are: its metrics and
+    per-instance files recorded, the fusion noted in ``row["hybrids"]``; returns the hybrid's name and its paired
+    tests against the GPU run alone (what the names add) and the CPU ``peers`` (its own CPU hybrid among them)."""
+    fused = _fuse_with_label_names(call_dir, v)
+    if fused is None:
+        return None
+    h = fused["variant"]
+    row.setdefault("hybrids", {})[h] = {"fusion": fused["fusion"]["fusion"],
+                                        "candidates_per_text": fused["fusion"]["candidates_per_text"]}
+    _record(h, row, device, fused["metrics"], fused["metrics_val"], fused["evaluation"], base=v)
+    versus = [(f"{v} (GPU)", ROOT / "evaluation" / "gpu" / "tst" / f"{v}.npz")]
+    versus += [(p, ROOT / "evaluation" / "tst" / f"{p}.npz") for p in dict.fromkeys((*peers, h))]
+    return h, _pair_against(h, row, fused["evaluation"] / "tst" / f"{h}.npz", versus)
+
+
+def _print_pairs(paired: list[dict[str, Any]], against: list[dict[str, Any]]) -> None:
+    for x in paired:
+        print(f"  {x['variant']} {x['a_epochs']} vs {x['b_epochs']} epochs: {x['metric']} {x['diff']:+.2f} "
+              f"{x['ci95']} p={x['p_value']:.3f}")
+    for x in against:
+        side = "" if x["peer"].endswith("(GPU)") else " (CPU)"
+        print(f"  {x['variant']} (GPU, {x['epochs']} epochs) vs {x['peer']}{side}: {x['metric']} {x['a']:.2f} vs "
+              f"{x['b']:.2f}, {x['diff']:+.2f} {x['ci95']} p={x['p_value']:.3f}")
+
+
 def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: bool = True) -> dict[str, Any]:
     """The files of one or more device calls (in order) -> ``bench/gpu_profiles.json`` (every row, less its
     metrics, with the call it came from), ``metrics/gpu/<variant>.json`` and ``metrics_val/gpu/<variant>.json``
@@ -548,30 +610,11 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
                     if v not in best or row["epochs"] >= best[v]["epochs"]:
                         best[v] = row
 
-        def contrib(row: dict[str, Any], v: str) -> InstanceContributions:
-            return InstanceContributions.load(Path(tmp) / str(row["call"]) / "evaluation" / "tst" / f"{v}.npz")
+        def npz(row: dict[str, Any], v: str) -> Path:
+            return Path(tmp) / str(row["call"]) / "evaluation" / "tst" / f"{v}.npz"
 
-        def record(v: str, row: dict[str, Any], tst: dict[str, Any], val: dict[str, Any], evaluation: Path,
-                   **extra: Any) -> None:
-            """``v``'s metrics (tagged with the run's epochs and device) and per-instance files -> the repo."""
-            for split, mdir, m in (("tst", "metrics", tst), ("val", "metrics_val", val)):
-                dest = ROOT / mdir / "gpu" / f"{v}.json"
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.write_text(json.dumps({**m, "epochs": row["epochs"], "profile_epochs": row["profile_epochs"],
-                                            "device": calls[row["call"] - 1]["device"], **extra}, indent=2) + "\n")
-                npz = ROOT / "evaluation" / "gpu" / split / f"{v}.npz"
-                npz.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(evaluation / split / f"{v}.npz", npz)
-
-        def pair_against(v: str, row: dict[str, Any], mine: InstanceContributions,
-                         versus: list[tuple[str, Path]]) -> None:
-            """Paired bootstrap of ``v`` against each peer whose per-instance file is here (same test instances)."""
-            for peer, peer_npz in versus:
-                if not peer_npz.exists():
-                    continue
-                for metric in ("P@1", "P@5", "PSP@5", "R@100"):
-                    against.append({"variant": v, "epochs": row["epochs"], "call": row["call"], "peer": peer,
-                                    **paired_bootstrap(mine, InstanceContributions.load(peer_npz), metric)})
+        def device(row: dict[str, Any]) -> str:
+            return calls[row["call"] - 1]["device"]
 
         written: set[str] = set()
         for v, row in best.items():
@@ -579,28 +622,21 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
             if kept.exists() and int(json.loads(kept.read_text()).get("epochs", 0)) > row["epochs"]:
                 continue   # an earlier lease trained this variant longer
             written.add(v)
-            record(v, row, row["metrics"][v], row["metrics_val"][v], Path(tmp) / str(row["call"]) / "evaluation")
+            _record(v, row, device(row), row["metrics"][v], row["metrics_val"][v],
+                    Path(tmp) / str(row["call"]) / "evaluation")
             for other in new_rows:   # the same variant from another call, fewer epochs: does training longer help?
                 if other is row or v not in (other.get("metrics") or {}) or other["epochs"] >= row["epochs"]:
                     continue
                 for metric in ("P@1", "P@5"):
                     paired.append({"variant": v, "a_epochs": row["epochs"], "b_epochs": other["epochs"],
-                                   **paired_bootstrap(contrib(row, v), contrib(other, v), metric)})
-            pair_against(v, row, contrib(row, v), [(p, ROOT / "evaluation" / "tst" / f"{p}.npz") for p in peers])
+                                   **paired_bootstrap(InstanceContributions.load(npz(row, v)),
+                                                      InstanceContributions.load(npz(other, v)), metric)})
+            against += _pair_against(v, row, npz(row, v), [(p, ROOT / "evaluation" / "tst" / f"{p}.npz")
+                                                           for p in peers])
         for v, row in best.items():   # the GPU run fused with the label names, as the CPU runs' hybrids are
-            if v not in written:
-                continue
-            fused = _fuse_with_label_names(Path(tmp) / str(row["call"]), v)
-            if fused is None:
-                continue
-            h = fused["variant"]
-            row.setdefault("hybrids", {})[h] = {"fusion": fused["fusion"]["fusion"],
-                                                "candidates_per_text": fused["fusion"]["candidates_per_text"]}
-            record(h, row, fused["metrics"], fused["metrics_val"], fused["evaluation"], base=v)
-            # against the GPU run alone (what the names add), then the CPU peers (h's own CPU hybrid among them)
-            versus = [(f"{v} (GPU)", ROOT / "evaluation" / "gpu" / "tst" / f"{v}.npz")]
-            versus += [(p, ROOT / "evaluation" / "tst" / f"{p}.npz") for p in dict.fromkeys((*peers, h))]
-            pair_against(h, row, InstanceContributions.load(fused["evaluation"] / "tst" / f"{h}.npz"), versus)
+            if v in written:
+                fused = _hybrid_of(row, v, Path(tmp) / str(row["call"]), device(row), peers)
+                against += fused[1] if fused else []
     for row in new_rows:
         row.pop("metrics", None)
         row.pop("metrics_val", None)
@@ -608,13 +644,49 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
     bench_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(f"{len(new_rows)} rows from {len(dirs)} calls (calls {first}-{len(calls)}) -> bench/gpu_profiles.json, "
           f"metrics/gpu/, metrics_val/gpu/")
-    for x in paired[len(old.get("paired_more_epochs", [])):]:
-        print(f"  {x['variant']} {x['a_epochs']} vs {x['b_epochs']} epochs: {x['metric']} {x['diff']:+.2f} "
-              f"{x['ci95']} p={x['p_value']:.3f}")
-    for x in against[len(old.get("paired_against_cpu", [])):]:
-        side = "" if x["peer"].endswith("(GPU)") else " (CPU)"
-        print(f"  {x['variant']} (GPU, {x['epochs']} epochs) vs {x['peer']}{side}: {x['metric']} {x['a']:.2f} vs "
-              f"{x['b']:.2f}, {x['diff']:+.2f} {x['ci95']} p={x['p_value']:.3f}")
+    _print_pairs(paired[len(old.get("paired_more_epochs", [])):], against[len(old.get("paired_against_cpu", [])):])
+    return result
+
+
+def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_linear",)) -> dict[str, Any]:
+    """Calls already collected (``dirs``, numbered ``calls`` in ``bench/gpu_profiles.json``) fused again with the
+    label names by the current fusion (params' ``hybrid`` section): when the fusion changes, the GPU runs' hybrids
+    follow without a new lease. Only the variants whose ``metrics/gpu`` files are that call's run are re-fused;
+    their hybrid metrics, per-instance files, the rows' fusion notes and their paired tests are replaced; the
+    runs' own rows and metrics stay as they are."""
+    import tempfile
+
+    bench_json = ROOT / "bench" / "gpu_profiles.json"
+    result = json.loads(bench_json.read_text())
+    if len(dirs) != len(calls):
+        raise SystemExit(f"{len(dirs)} folders for {len(calls)} call numbers")
+    new_pairs: list[dict[str, Any]] = []
+    redone: set[str] = set()
+    with tempfile.TemporaryDirectory() as tmp:
+        for d, c in zip(dirs, calls):
+            if not 1 <= c <= len(result["calls"]):
+                raise SystemExit(f"{bench_json}: no call {c} (it has {len(result['calls'])})")
+            part = json.loads((d / "gpu_profiles.json").read_text())
+            kept = {(r["method"], r.get("epochs")): r for r in result["rows"] if r.get("call") == c}
+            if part.get("device") != result["calls"][c - 1]["device"] or not all(
+                    (r["method"], r.get("epochs")) in kept for r in part["rows"]):
+                raise SystemExit(f"{d}: its rows are not those of call {c} in {bench_json}")
+            with tarfile.open(d / "gpu_outputs.tar.gz") as tar:
+                tar.extractall(Path(tmp) / str(c), filter="data")
+            for r in part["rows"]:
+                row = kept[(r["method"], r.get("epochs"))]
+                for v in r.get("metrics") or {}:
+                    gpu = ROOT / "metrics" / "gpu" / f"{v}.json"
+                    if not gpu.exists() or json.loads(gpu.read_text()).get("epochs") != row["epochs"]:
+                        continue   # another call's run of this variant is the one recorded
+                    fused = _hybrid_of(row, v, Path(tmp) / str(c), part["device"], peers)
+                    if fused:
+                        redone.add(fused[0])
+                        new_pairs += fused[1]
+    result["paired_against_cpu"] = [x for x in result["paired_against_cpu"] if x["variant"] not in redone] + new_pairs
+    bench_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"re-fused {sorted(redone)} from calls {calls} -> bench/gpu_profiles.json, metrics/gpu/, metrics_val/gpu/")
+    _print_pairs([], new_pairs)
     return result
 
 

@@ -149,10 +149,10 @@ def test_collect_keeps_earlier_leases_and_tests_longer_runs_and_cpu_peers(tmp_pa
     assert longer[0]["diff"] > 0 and longer[0]["p_value"] < 0.05
 
 
-def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_here(tmp_path, monkeypatch):
-    """collect's hybrid step: the predictions a GPU call brought back + the carried data -> the fuse stage's
-    fusion (fit on validation) and the evaluate stage's metrics of ``<run>_hybrid``. The base run ranks the
-    gold label second; the names in the texts put it first, so the hybrid must beat the base on P@1."""
+def _fusable_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A GPU call's returned predictions of ``dexml`` on a six-label dataset (its carried data in ``carry``), with
+    the repo (``gp.ROOT``) moved to ``tmp_path/repo``. The base run ranks the gold label second; the names in the
+    texts put it first, so a fusion with the label names must beat the base on P@1. Returns (call, carry)."""
     import shutil
     import tarfile
 
@@ -198,6 +198,16 @@ def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_her
     monkeypatch.setattr(gp, "ROOT", repo)
     monkeypatch.chdir(tmp_path)
 
+    return call, carry
+
+
+def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_here(tmp_path, monkeypatch):
+    """collect's hybrid step: the predictions a GPU call brought back + the carried data -> the fuse stage's
+    fusion (fit on validation) and the evaluate stage's metrics of ``<run>_hybrid``. The base run ranks the
+    gold label second; the names in the texts put it first, so the hybrid must beat the base on P@1."""
+    import bench.gpu_profiles as gp
+
+    call, carry = _fusable_call(tmp_path, monkeypatch)
     assert gp._fuse_with_label_names(call, "astra_hybrid", carry) is None   # no predictions of it came back
     fused = gp._fuse_with_label_names(call, "dexml", carry)
     assert fused["variant"] == "dexml_hybrid" and Path.cwd() == tmp_path
@@ -205,3 +215,52 @@ def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_her
     for key in ("metrics", "metrics_val"):
         assert fused[key]["P@1"] > 50.0, fused[key]["P@1"]   # the base's P@1 is 0
     assert {p.name for p in (fused["evaluation"] / "tst").iterdir()} == {"dexml_hybrid.npz"}
+
+
+def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_rows(tmp_path, monkeypatch):
+    """A fusion change reaches the GPU runs' hybrids without a new lease: ``refuse`` re-fits the hybrid of a call
+    already collected, replaces its metrics, fusion note and paired tests, and leaves the calls and rows as they
+    were; a folder that is not the named call is refused."""
+    import tarfile
+
+    import yaml
+
+    import bench.gpu_profiles as gp
+    from xmc.metrics.bootstrap import InstanceContributions
+
+    call, carry = _fusable_call(tmp_path, monkeypatch)
+    monkeypatch.setattr(gp, "CARRY", carry)
+    repo = gp.ROOT
+    n = 24   # the test split's size
+    c = InstanceContributions(METRICS, np.zeros((4, n)), np.ones((4, n)))   # the base run: P@1 0
+    for split in ("tst", "val"):
+        c.save(call / "evaluation" / split / "dexml.npz")
+    c.save(repo / "evaluation" / "tst" / "xr_linear.npz")
+    m = {"P@1": 0.0, "P@5": 20.0}
+    (call / "gpu_profiles.json").write_text(json.dumps({"device": "H200", "rows": [
+        {"method": "dexml", "run": "dexml", "epochs": 20, "profile_epochs": 20, "ok": True,
+         "metrics": {"dexml": m}, "metrics_val": {"dexml": m}}]}))
+    with tarfile.open(call / "gpu_outputs.tar.gz", "w:gz") as tar:
+        tar.add(call / "evaluation", arcname="evaluation")
+        tar.add(call / "predictions", arcname="predictions")
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["hybrid"]["fusion"] = "boosted_trees"
+    params["hybrid"]["boosted_trees"]["min_samples_leaf"] = 2   # this toy's few positives would fall back to logistic
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    (repo / "bench").mkdir()
+    gp.collect([call])
+    first = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
+    assert first["rows"][0]["hybrids"]["dexml_hybrid"]["fusion"]["kind"] == "boosted_trees"
+    n_pairs = len(first["paired_against_cpu"])
+    assert any(x["variant"] == "dexml_hybrid" for x in first["paired_against_cpu"])
+
+    params["hybrid"]["fusion"] = "logistic"
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    gp.refuse([call], [1])
+    again = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
+    assert again["calls"] == first["calls"] and len(again["rows"]) == 1
+    assert again["rows"][0]["hybrids"]["dexml_hybrid"]["fusion"]["kind"] == "logistic"
+    assert len(again["paired_against_cpu"]) == n_pairs   # replaced, not appended
+    assert json.loads((repo / "metrics" / "gpu" / "dexml_hybrid.json").read_text())["P@1"] > 50.0
+    with pytest.raises(SystemExit, match="no call 2"):
+        gp.refuse([call], [2])
