@@ -89,10 +89,11 @@ ablations: setup
 	@echo
 	@cat reports/ablations.md
 
-# test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay together, they share fixtures)
+# test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay together, they share fixtures),
+# in tests/conftest.py's order: the slowest files first (--no-loadscope-reorder keeps that order)
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # the pipeline's cost curve on synthetic data, 10^4 to 10^6 labels (hours; not part of run or test):
 # bench/scale.json, bench/scale.png. SIZES=1e4,1e5 for a shorter curve

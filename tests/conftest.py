@@ -14,10 +14,13 @@ def pytest_configure(config) -> None:  # noqa: ANN001 (pytest's Config)
         os.environ.setdefault("OMP_NUM_THREADS", share)   # faiss / BLAS
 
 
-# the files that take minutes (end-to-end pipelines, Prefect, the scale path), slowest first: started first, the
-# short files fill the other worker around them instead of one long file starting last and running alone
-SLOW_FILES = ["test_dense_e2e.py", "test_methods_e2e.py", "test_scale.py", "test_own_dataset_e2e.py",
-              "test_orchestration.py", "test_registry.py", "test_pipeline_e2e.py", "test_distributed.py"]
+# the files that take minutes (Prefect, end-to-end pipelines, the scale path), slowest first: started first, the
+# short files fill the other worker around them instead of one long file starting last and running alone. This
+# order holds only with xdist's --no-loadscope-reorder (the Makefile's), which otherwise queues the files with
+# the most tests first, so these few-test files last
+SLOW_FILES = ["test_orchestration.py", "test_dense_e2e.py", "test_methods_e2e.py", "test_distributed.py",
+              "test_scale.py", "test_pipeline_e2e.py", "test_own_dataset_e2e.py", "test_registry.py",
+              "test_kill_recovery.py", "test_cli_serve.py"]
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ANN001 (pytest's objects)

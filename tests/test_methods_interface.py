@@ -74,7 +74,7 @@ def test_an_ensemble_member_must_be_a_run_predicting_both_splits(tmp_path):
                                                                         r"both val and tst"),   # a val-only candidate
                            (["astra", "xr_linear"], "'xr_linear' has no predictor"),
                            (["astra", "astra_sead1"], r"'astra_sead1' is not a run of any method \(did you mean "
-                                                      "'astra_seed1'\?\)")):
+                                                      r"'astra_seed1'\?\)")):
         raw["hybrid"]["ensemble"]["members"] = members
         (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
         with pytest.raises(ConfigError, match=rf"hybrid.ensemble.members.1: {error}"):
