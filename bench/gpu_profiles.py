@@ -648,10 +648,20 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
     return result
 
 
+def _recorded_call(rows: list[dict[str, Any]], method: str) -> int | None:
+    """The call whose run of ``method`` ``metrics/gpu`` records: collect keeps the run of most epochs, the later
+    call among equals (``None``: no run of it completed)."""
+    done = [r for r in rows if r.get("method") == method and r.get("ok") and r.get("epochs")]
+    if not done:
+        return None
+    most = max(r["epochs"] for r in done)
+    return max(r["call"] for r in done if r["epochs"] == most)
+
+
 def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_linear",)) -> dict[str, Any]:
     """Calls already collected (``dirs``, numbered ``calls`` in ``bench/gpu_profiles.json``) fused again with the
     label names by the current fusion (params' ``hybrid`` section): when the fusion changes, the GPU runs' hybrids
-    follow without a new lease. Only the variants whose ``metrics/gpu`` files are that call's run are re-fused;
+    follow without a new lease. Only the runs that ``metrics/gpu`` records (``_recorded_call``) are re-fused;
     their hybrid metrics, per-instance files, the rows' fusion notes and their paired tests are replaced; the
     runs' own rows and metrics stay as they are."""
     import tempfile
@@ -661,7 +671,7 @@ def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_lin
     if len(dirs) != len(calls):
         raise SystemExit(f"{len(dirs)} folders for {len(calls)} call numbers")
     new_pairs: list[dict[str, Any]] = []
-    redone: set[str] = set()
+    redone: set[tuple[str, int]] = set()   # (hybrid, call)
     with tempfile.TemporaryDirectory() as tmp:
         for d, c in zip(dirs, calls):
             if not 1 <= c <= len(result["calls"]):
@@ -675,17 +685,17 @@ def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_lin
                 tar.extractall(Path(tmp) / str(c), filter="data")
             for r in part["rows"]:
                 row = kept[(r["method"], r.get("epochs"))]
+                if _recorded_call(result["rows"], r["method"]) != c:
+                    continue   # another call's run of this method is the one metrics/gpu records
                 for v in r.get("metrics") or {}:
-                    gpu = ROOT / "metrics" / "gpu" / f"{v}.json"
-                    if not gpu.exists() or json.loads(gpu.read_text()).get("epochs") != row["epochs"]:
-                        continue   # another call's run of this variant is the one recorded
                     fused = _hybrid_of(row, v, Path(tmp) / str(c), part["device"], peers)
                     if fused:
-                        redone.add(fused[0])
+                        redone.add((fused[0], c))
                         new_pairs += fused[1]
-    result["paired_against_cpu"] = [x for x in result["paired_against_cpu"] if x["variant"] not in redone] + new_pairs
+    result["paired_against_cpu"] = [x for x in result["paired_against_cpu"]
+                                    if (x["variant"], x["call"]) not in redone] + new_pairs
     bench_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"re-fused {sorted(redone)} from calls {calls} -> bench/gpu_profiles.json, metrics/gpu/, metrics_val/gpu/")
+    print(f"re-fused {sorted(h for h, _ in redone)} from calls {calls} -> bench/gpu_profiles.json, metrics/gpu/, metrics_val/gpu/")
     _print_pairs([], new_pairs)
     return result
 

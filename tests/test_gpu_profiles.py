@@ -220,7 +220,8 @@ def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_her
 def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_rows(tmp_path, monkeypatch):
     """A fusion change reaches the GPU runs' hybrids without a new lease: ``refuse`` re-fits the hybrid of a call
     already collected, replaces its metrics, fusion note and paired tests, and leaves the calls and rows as they
-    were; a folder that is not the named call is refused."""
+    were; a call whose run metrics/gpu no longer records is left alone; an unknown call is refused."""
+    import shutil
     import tarfile
 
     import yaml
@@ -251,16 +252,25 @@ def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_r
     gp.collect([call])
     first = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
     assert first["rows"][0]["hybrids"]["dexml_hybrid"]["fusion"]["kind"] == "boosted_trees"
-    n_pairs = len(first["paired_against_cpu"])
     assert any(x["variant"] == "dexml_hybrid" for x in first["paired_against_cpu"])
 
+    # a second call of the same length: metrics/gpu now records it, so re-fusing call 1 changes nothing
+    later = tmp_path / "later"
+    shutil.copytree(call, later)
+    gp.collect([later])
+    two = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
+    recorded = (repo / "metrics" / "gpu" / "dexml_hybrid.json").read_text()
     params["hybrid"]["fusion"] = "logistic"
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     gp.refuse([call], [1])
+    assert json.loads((repo / "bench" / "gpu_profiles.json").read_text()) == two
+    assert (repo / "metrics" / "gpu" / "dexml_hybrid.json").read_text() == recorded
+
+    gp.refuse([later], [2])
     again = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
-    assert again["calls"] == first["calls"] and len(again["rows"]) == 1
-    assert again["rows"][0]["hybrids"]["dexml_hybrid"]["fusion"]["kind"] == "logistic"
-    assert len(again["paired_against_cpu"]) == n_pairs   # replaced, not appended
+    assert again["calls"] == two["calls"] and len(again["rows"]) == 2
+    assert [r["hybrids"]["dexml_hybrid"]["fusion"]["kind"] for r in again["rows"]] == ["boosted_trees", "logistic"]
+    assert len(again["paired_against_cpu"]) == len(two["paired_against_cpu"])   # replaced, not appended
     assert json.loads((repo / "metrics" / "gpu" / "dexml_hybrid.json").read_text())["P@1"] > 50.0
-    with pytest.raises(SystemExit, match="no call 2"):
-        gp.refuse([call], [2])
+    with pytest.raises(SystemExit, match="no call 3"):
+        gp.refuse([later], [3])
