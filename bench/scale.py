@@ -41,9 +41,16 @@ VALIDATION_DOCUMENTS = 1300
 METHODS = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "dexml_bow", "ramen", "unidec", "astra"]
 
 
-def scale_params(epochs: int, auto_exact_max: int | None = None) -> dict[str, Any]:
+def bow_encoder(n_buckets: int | None = None) -> dict[str, Any]:
+    """The profile's bag-of-words encoder; ``n_buckets``: another table height (the test's small sizes)."""
+    return {**BOW, **({"n_buckets": int(n_buckets)} if n_buckets else {})}
+
+
+def scale_params(epochs: int, auto_exact_max: int | None = None, n_buckets: int | None = None) -> dict[str, Any]:
     """The scale profile: the default path's methods on their bag-of-words profile, ``epochs`` epochs each;
-    ``auto_exact_max``: where the prediction indexes switch from exact to IVF (default: params')."""
+    ``auto_exact_max``: where the prediction indexes switch from exact to IVF (default: params');
+    ``n_buckets``: the bag-of-words table's height (default: the profile's 262,144)."""
+    bow = bow_encoder(n_buckets)
     train = {"epochs": epochs, "eval_every_epochs": 0, "max_steps_per_epoch": 0, "checkpoint_every_steps": 0}
     return {
         "methods": METHODS, "reported": METHODS, "validated": METHODS,
@@ -53,19 +60,19 @@ def scale_params(epochs: int, auto_exact_max: int | None = None) -> dict[str, An
         "unidec_predictions": {},
         # mining indexes: exact up to index.auto_exact_max labels, IVF above (exact search is O(N·L) per refresh);
         # one refresh per epoch (the transformer DEXML's extra refresh every 60 steps would be 65 at 10^6)
-        "runs": {"dexml_bow": {"encoder": BOW, "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
+        "runs": {"dexml_bow": {"encoder": bow, "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
                                                               "shortlist_size": 100, "negatives_per_query": 2,
                                                               "index_kind": "auto", "refresh_every_steps": 0},
                                "train": {"batch_size": 256, "lr": 0.01, **train}}},
         "hybrid.runs": [], "hybrid.zero_shot_runs": [],
-        "astra.defaults.encoder": BOW, "astra.defaults.train.epochs": epochs,
+        "astra.defaults.encoder": bow, "astra.defaults.train.epochs": epochs,
         "astra.defaults.train.eval_every_epochs": 0, "astra.defaults.negatives.start_epoch": 0,
         "astra.defaults.negatives.index_kind": "auto", "astra.runs": {"astra": {}},
-        "ramen.defaults.encoder": BOW, "ramen.defaults.train.epochs": epochs,
+        "ramen.defaults.encoder": bow, "ramen.defaults.train.epochs": epochs,
         "ramen.defaults.train.eval_every_epochs": 0, "ramen.defaults.pruning.warmup_epochs": 0,
         # the synthetic label graph is not WordNet: RAMEN regularises with the document (co-occurrence) set
         "ramen.graph.wordnet.enabled": False, "ramen.defaults.negatives.index_kind": "auto", "ramen.runs": {"ramen": {}},
-        "unidec.defaults.encoder": BOW, "unidec.defaults.train.epochs": epochs,
+        "unidec.defaults.encoder": bow, "unidec.defaults.train.epochs": epochs,
         "unidec.defaults.train.eval_every_epochs": 0, "unidec.defaults.psl.index_kind": "auto",
         "unidec.runs": {"unidec": {}},
         # exact TF-IDF scoring is quadratic in the data size (every query meets every item sharing a common term):
@@ -252,7 +259,8 @@ def _meta_file(work: Path, n: int) -> Path:
 
 
 def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str],
-             resume: bool = False, collect: bool = False, auto_exact_max: int | None = None) -> dict[str, Any]:
+             resume: bool = False, collect: bool = False, auto_exact_max: int | None = None,
+             n_buckets: int | None = None) -> dict[str, Any]:
     """Generate size ``n``, make its workspace and run the stages. Each finished stage's row is appended to
     ``work/rows_<n>.jsonl`` as it ends, so an interrupted run keeps what it measured; ``resume`` continues a kept
     workspace (made with ``--keep``) with the code it was made with: stages with a successful row are not run again,
@@ -277,7 +285,7 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         t0 = time.perf_counter()
         stats = generate(data, n_train=n, n_labels=n, n_test=max(1000, n // 10), seed=0)
         meta = {"commit": code_version(), "dataset": stats, "generate_seconds": round(time.perf_counter() - t0, 1)}
-        make_workspace(repo, data, scale_params(epochs, auto_exact_max))
+        make_workspace(repo, data, scale_params(epochs, auto_exact_max, n_buckets))
         meta_file.write_text(json.dumps(meta, indent=2) + "\n")
         rows_file.unlink(missing_ok=True)
     rows = []
@@ -348,6 +356,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--targets", default="report,package")
     ap.add_argument("--auto-exact-max", type=int, default=None,
                     help="labels above which the prediction indexes are IVF (default: params' index.auto_exact_max)")
+    ap.add_argument("--bow-buckets", type=int, default=None,
+                    help="height of the bag-of-words table (default: the profile's 262,144; the test's small sizes "
+                         "use fewer, since at a thousand instances the table's allocation, saving and loading "
+                         "outweigh the training)")
     ap.add_argument("--keep", action="store_true", help="keep the workspaces and data (default: delete each)")
     ap.add_argument("--resume", action="store_true",
                     help="continue the kept workspaces of an interrupted --keep run: stages it finished keep their "
@@ -376,14 +388,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-                              "profile": {"methods": METHODS, "epochs": a.epochs, "encoder": BOW}, "runs": []}
+                              "profile": {"methods": METHODS, "epochs": a.epochs, "encoder": bow_encoder(a.bow_buckets)}, "runs": []}
     if a.restage:
         return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot,
-                       a.auto_exact_max, drop=[s for s in a.drop_stages.split(",") if s])
+                       a.auto_exact_max, drop=[s for s in a.drop_stages.split(",") if s], n_buckets=a.bow_buckets)
     for n in sizes:
         print(f"size {n:,}", flush=True)
         run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","), resume=a.resume,
-                       collect=a.collect, auto_exact_max=a.auto_exact_max)
+                       collect=a.collect, auto_exact_max=a.auto_exact_max, n_buckets=a.bow_buckets)
         result["runs"].append(run)
         if not (a.keep or a.resume or a.collect):
             shutil.rmtree(work / f"repo_{n}", ignore_errors=True)
@@ -407,7 +419,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_timeout: float, out: Path,
-            plot_path: str | None, auto_exact_max: int | None = None, drop: list[str] = ()) -> dict[str, Any]:
+            plot_path: str | None, auto_exact_max: int | None = None, drop: list[str] = (),
+            n_buckets: int | None = None) -> dict[str, Any]:
     """Rerun ``stages`` with the current code in each size's kept workspace; their rows in ``out`` are replaced
     (marked with the commit that ran them) and the growth recomputed. ``drop``: stages the path no longer has,
     whose rows are removed first."""
@@ -416,7 +429,7 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
         repo, data = work / f"repo_{n}", work / f"data_{n}"
         if not repo.is_dir():
             raise SystemExit(f"{repo}: no kept workspace (run this size with --keep first)")
-        make_workspace(repo, data, scale_params(epochs, auto_exact_max), refresh=True)
+        make_workspace(repo, data, scale_params(epochs, auto_exact_max, n_buckets), refresh=True)
         run = next(r for r in result["runs"] if r["n"] == n)
         run["stages"] = [r for r in run["stages"] if r["stage"] not in drop]
         for stage in stages:

@@ -28,6 +28,31 @@ def test_transformer_matches_sentence_transformers_and_is_normalised(minilm):
     assert np.allclose(ours, st.encode(TEXTS), atol=1e-5)
 
 
+def test_transformers_alone_loads_what_sentence_transformers_loads(minilm, tmp_path):
+    """The encoder loads a plain sentence-transformers folder through transformers (no sentence-transformers
+    import): the same tokenizer and weights, bit for bit; a folder that asks for more (lower-casing) goes through
+    sentence-transformers."""
+    import json
+    import shutil
+
+    from xmc.encoders import transformer as tr
+
+    root = tr._plain_transformer_dir(tr.Path(minilm.model_dir))
+    assert root is not None and root == tr.Path(minilm.model_dir)
+    st = tr._load_st(minilm.model_dir)
+    tok, model = tr._load_tokenizer_and_model(minilm.model_dir)
+    assert type(tok) is type(st.tokenizer) and type(model) is type(st[0].auto_model)
+    batch = tok(TEXTS, padding=True, return_tensors="pt")
+    assert batch["input_ids"].tolist() == st.tokenizer(TEXTS, padding=True, return_tensors="pt")["input_ids"].tolist()
+    with torch.no_grad():
+        assert torch.equal(model(**batch).last_hidden_state, st[0].auto_model(**batch).last_hidden_state)
+    lower = tmp_path / "lower"
+    shutil.copytree(minilm.model_dir, lower)
+    (lower / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 256, "do_lower_case": True}))
+    assert tr._plain_transformer_dir(lower) is None
+    assert tr._plain_transformer_dir(tmp_path / "nothing") == tmp_path / "nothing"   # a plain HF folder: itself
+
+
 def test_trained_transformer_is_saved_as_a_sentence_transformers_folder(tmp_path):
     from sentence_transformers import SentenceTransformer
 

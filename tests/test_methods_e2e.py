@@ -41,7 +41,9 @@ TINY = {
     "unidec.defaults.train.epochs": 2,
     "unidec.defaults.train.eval_every_epochs": 0,
     "unidec.runs": {"unidec": {}},
-    # MACLR (MiniLM start, a handful of steps)
+    # MACLR on the small bag-of-words encoder, with the default's dropout (the label regulariser's dropout twin): its
+    # MiniLM start is the same trainer and encoder code that test_dense_e2e runs through DVC, here a minute longer
+    "maclr.defaults.encoder": {**SMALL_BOW, "dropout": 0.1},
     "maclr.defaults.stage1.train.max_steps_per_epoch": 2,
     "maclr.defaults.stage1.train.batch_size": 8,
     "maclr.defaults.stage1.train.checkpoint_every_steps": 0,

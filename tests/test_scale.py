@@ -13,8 +13,10 @@ from bench import scale
 def test_scale_benchmark_path_runs_at_a_small_size(tmp_path):
     out, png = tmp_path / "scale.json", tmp_path / "scale.png"
     result = scale.main(["--sizes", "1200", "--epochs", "1", "--work", str(tmp_path / "work"), "--out", str(out),
-                         "--plot", str(png), "--stage-timeout", "600", "--auto-exact-max", "600"])
+                         "--plot", str(png), "--stage-timeout", "600", "--auto-exact-max", "600",
+                         "--bow-buckets", "16384"])   # a 16 MB table: at 1,200 instances the 268 MB one is most of the time
     run = result["runs"][0]
+    assert result["profile"]["encoder"]["n_buckets"] == 16384 and result["profile"]["encoder"]["dim"] == 256
     assert run["completed"], [s for s in run["stages"] if not s["ok"]]
     ran = {s["stage"] for s in run["stages"]}
     assert {"ingest", "validate", "tfidf", "graph", "train@dexml_bow", "train_ramen@ramen", "train_unidec@unidec",

@@ -863,3 +863,24 @@ def test_mining_index_stores_float16_only_for_an_approximate_index_above_the_exa
     exact = mine_shortlist(Y, q, vecs, 10)
     approx = mine_shortlist(Y, q, vecs, 10, "ivf", auto_exact_max=100, nprobe=10**6)   # every list: exact up to fp16
     assert np.mean([len(set(a) & set(b)) / 10 for a, b in zip(exact, approx)]) > 0.9
+
+
+def test_a_resumed_record_survives_a_summary_cut_short_by_the_kill(tmp_path, caplog):
+    """dvclive rewrites metrics.json in place: a run killed mid-write leaves it cut short (a two-rank run killed in
+    the test suite once left it empty). The resumed run drops it and goes on; the step histories are kept."""
+    first = TrainingLog(tmp_path / "rec")
+    first.start()
+    for step in range(3):
+        first.log(step, {"loss": 1.0 / (step + 1)}, final=True)
+    hist = tmp_path / "rec" / "plots" / "metrics" / "loss.tsv"
+    assert len(hist.read_text().splitlines()) == 4
+    (tmp_path / "rec" / "metrics.json").write_text('{"loss": 0.3')   # the kill: a summary cut short
+    again = TrainingLog(tmp_path / "rec")
+    with caplog.at_level("WARNING"):
+        again.start(resumed_at_step=2)
+    assert "cut short" in caplog.text
+    again.log(2, {"loss": 0.25}, final=True)
+    again.close()
+    summary = json.loads((tmp_path / "rec" / "metrics.json").read_text())
+    assert summary["step"] == 2 and summary["loss"] == 0.25
+    assert len(hist.read_text().splitlines()) >= 4   # the history written before the kill is still there

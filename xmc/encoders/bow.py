@@ -178,18 +178,26 @@ class HashedBagOfWordsEncoder(TextEncoder):
     kind = "bow"
 
     def __init__(self, dim: int = 256, n_buckets: int = 1 << 18, ngram_max: int = 2, tied: bool = True,
-                 dropout: float = 0.0, seed: int = 0, label_text: str = "full") -> None:
+                 dropout: float = 0.0, seed: int = 0, label_text: str = "full", _initialise: bool = True) -> None:
         super().__init__()
         self.set_label_text(label_text)
         self.dim, self.n_buckets, self.ngram_max, self.tied = dim, n_buckets, ngram_max, tied
-        g = torch.Generator().manual_seed(seed)
-        self.query_bag = nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True)  # only touched rows get gradients
-        with torch.no_grad():
-            self.query_bag.weight.copy_(torch.randn(n_buckets, dim, generator=g) / dim**0.5)
-        self.label_bag = self.query_bag if tied else nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True)
-        if not tied:
+        if _initialise:
+            g = torch.Generator().manual_seed(seed)
+            # only touched rows get gradients (sparse). EmbeddingBag's own init draws from torch's global generator,
+            # which the parts a method builds after the encoder then continue from: kept, so runs stay as they were
+            self.query_bag = nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True)
             with torch.no_grad():
-                self.label_bag.weight.copy_(self.query_bag.weight)
+                self.query_bag.weight.copy_(torch.randn(n_buckets, dim, generator=g) / dim**0.5)
+            self.label_bag = self.query_bag if tied else nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True)
+            if not tied:
+                with torch.no_grad():
+                    self.label_bag.weight.copy_(self.query_bag.weight)
+        else:
+            # load(): the saved weights replace these tables, so neither is drawn (about 1 s at 262,144 x 256)
+            self.query_bag = nn.EmbeddingBag(n_buckets, dim, mode="sum", sparse=True, _weight=torch.empty(n_buckets, dim))
+            self.label_bag = self.query_bag if tied else nn.EmbeddingBag(
+                n_buckets, dim, mode="sum", sparse=True, _weight=torch.empty(n_buckets, dim))
         self.dropout = nn.Dropout(dropout)
         self._id_cache = NgramIdCache(n_buckets, ngram_max)
 
@@ -236,7 +244,7 @@ class HashedBagOfWordsEncoder(TextEncoder):
         cfg = read_json_file(path / "xmc_encoder.json", "an encoder description")
         try:
             enc = cls(dim=int(cfg["dim"]), n_buckets=int(cfg["n_buckets"]), ngram_max=int(cfg["ngram_max"]),
-                      tied=bool(cfg["tied"]))
+                      tied=bool(cfg["tied"]), _initialise=False)
             enc.load_state_dict(load_tensors(path / "bow_encoder.pt"))
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise DataFormatError(path / "bow_encoder.pt", None, f"does not match xmc_encoder.json ({str(e)[:120]})") from None

@@ -11,6 +11,7 @@ import copy
 from collections.abc import Sequence
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +43,44 @@ def _load_st(path: str):
     return SentenceTransformer(path, device="cpu", local_files_only=True)
 
 
+def _plain_transformer_dir(path: Path) -> Path | None:
+    """The Hugging Face model folder inside a sentence-transformers folder whose Transformer module transformers
+    alone loads as sentence-transformers would (no lower-casing, no extra model, tokenizer or config arguments),
+    or None. A folder without ``modules.json`` is a plain Hugging Face folder: itself."""
+    modules_file = path / "modules.json"
+    if not modules_file.is_file():
+        return path
+    try:
+        modules = json.loads(modules_file.read_text())
+        first = modules[0] if isinstance(modules, list) and modules else {}
+        if not str(first.get("type", "")).endswith(".Transformer"):
+            return None
+        where = path / str(first.get("path", ""))
+        cfg_file = where / "sentence_bert_config.json"
+        cfg = json.loads(cfg_file.read_text()) if cfg_file.is_file() else {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if cfg.get("do_lower_case") or any(cfg.get(k) for k in ("tokenizer_args", "model_args", "config_args",
+                                                              "processor_kwargs", "model_kwargs", "config_kwargs")):
+        return None
+    return where
+
+
+def _load_tokenizer_and_model(path: str) -> tuple[Any, Any]:
+    """(tokenizer, Hugging Face model) of a local folder. Through transformers alone where that gives what
+    sentence-transformers gives (the same classes and weights: equal outputs, ``tests/test_encoders.py``), which
+    skips importing sentence-transformers (about 3 s of every stage process that loads a transformer);
+    otherwise through sentence-transformers."""
+    where = _plain_transformer_dir(Path(path))
+    if where is None:
+        st = _load_st(path)
+        return st.tokenizer, st[0].auto_model
+    from transformers import AutoModel, AutoTokenizer
+
+    return (AutoTokenizer.from_pretrained(str(where), local_files_only=True),
+            AutoModel.from_pretrained(str(where), local_files_only=True))
+
+
 class TransformerEncoder(TextEncoder):
     kind = "transformer"
 
@@ -56,13 +95,11 @@ class TransformerEncoder(TextEncoder):
             raise ConfigError(f"pooling must be 'mean' or 'cls', not {pooling!r}")
         self.model_dir, self.pooling, self.tied = str(model_dir), pooling, tied
         self.max_len = {"query": max_len_query, "label": max_len_label}
-        st = _load_st(self.model_dir)
-        self.tokenizer = st.tokenizer
-        self.query_model = st[0].auto_model
+        self.tokenizer, self.query_model = _load_tokenizer_and_model(self.model_dir)
         if tied:
             self.label_model = self.query_model
         elif _label_dir is not None:
-            self.label_model = _load_st(_label_dir)[0].auto_model
+            self.label_model = _load_tokenizer_and_model(_label_dir)[1]
         else:
             self.label_model = copy.deepcopy(self.query_model)
         self.dim = int(self.query_model.config.hidden_size)

@@ -34,11 +34,57 @@ PREDICTOR_SECTION = "predictor.json"   # the predictor's manifest section, next 
 
 
 def set_threads() -> None:
-    """Use every core the machine (or ``XMC_THREADS``) gives this process: its share, under data parallelism."""
-    import torch
+    """Use every core the machine (or ``XMC_THREADS``) gives this process: its share, under data parallelism.
+
+    Sets torch's threads now if torch is loaded, else when it loads: a stage that never needs torch (the
+    baselines, name matching) does not pay the ~2 s of importing it just to set a thread count."""
+    import sys
 
     world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
-    torch.set_num_threads(max(1, int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)) // world))
+    n = max(1, int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)) // world)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+        return
+    for finder in sys.meta_path:
+        if isinstance(finder, _ThreadsWhenTorchLoads):
+            finder.threads = n
+            return
+    sys.meta_path.insert(0, _ThreadsWhenTorchLoads(n))
+
+
+class _ThreadsWhenTorchLoads:
+    """An import hook (``sys.meta_path``) that calls ``torch.set_num_threads`` right after torch is imported,
+    then removes itself. It finds torch with the other finders and only wraps the loader's ``exec_module``."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        import importlib.util
+        import sys
+
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)   # one shot, and no recursion in the lookup below
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenSetThreads(spec.loader, self.threads)
+        return spec
+
+
+class _ThenSetThreads:
+    def __init__(self, loader: Any, threads: int) -> None:
+        self.loader, self.threads = loader, threads
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        module.set_num_threads(self.threads)
+
+    def __getattr__(self, name: str) -> Any:   # anything else a loader offers (get_resource_reader, is_package...)
+        return getattr(self.loader, name)
 
 
 def ranks_of(run: RunSpec) -> int:

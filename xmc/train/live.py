@@ -62,12 +62,28 @@ class PlainLive:
         os.replace(tmp, self.dir / "metrics.json")
 
 
+def _drop_cut_summary(path: Path) -> None:
+    """dvclive rewrites ``metrics.json`` in place, so a run killed during that write leaves it cut short, and
+    dvclive's resume (which reads it for the last step) would stop on it. It holds only the latest values, written
+    again at the next sync (the per-step histories are other files, and the trainer sets every step itself), so a
+    cut one is removed."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError):   # a cut or empty file (UnicodeDecodeError is a ValueError)
+        log.warning("%s was cut short by the interrupted run: removed (written again at the next record)", path)
+        path.unlink(missing_ok=True)
+
+
 def _open_live(directory: Path, resume: bool):
     try:
         from dvclive import Live
     except ImportError:
         log.warning("dvclive is not installed: the training record in %s is written without it", directory)
         return PlainLive(dir=str(directory), resume=resume)
+    if resume:
+        _drop_cut_summary(directory / "metrics.json")
     return Live(dir=str(directory), resume=resume, report=None, save_dvc_exp=False, dvcyaml=None, monitor_system=False)
 
 
