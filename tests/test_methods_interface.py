@@ -158,3 +158,25 @@ def test_harness_trains_predicts_and_the_package_serves_the_same(tmp_path, monke
                            label_uids=ds.label_uids, label_texts=labels, repo=tmp_path)
     D, I = xmc.load(str(tmp_path / "packages/tiny")).topk(ds.tst.texts, 4)
     assert np.array_equal(I, ref.indices[:, :4].astype(I.dtype)) and np.allclose(D, ref.scores[:, :4], atol=1e-6)
+
+
+def test_set_threads_does_not_import_torch_and_applies_when_torch_loads():
+    """A stage without an encoder sets the thread count without importing torch (~2 s); torch gets the count
+    when something imports it later, and at once when it is already loaded."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from xmc.methods.base import set_threads\n"
+            "set_threads()\n"
+            "assert 'torch' not in sys.modules\n"
+            "import torch\n"
+            "assert torch.get_num_threads() == 1, torch.get_num_threads()\n"
+            "assert not any(type(f).__name__ == '_ThreadsWhenTorchLoads' for f in sys.meta_path)\n"
+            "import os; os.environ['XMC_THREADS'] = '2'\n"
+            "set_threads()\n"
+            "assert torch.get_num_threads() == 2, torch.get_num_threads()\n")
+    env = {**os.environ, "XMC_THREADS": "1", "OMP_NUM_THREADS": "2"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
