@@ -36,6 +36,11 @@ the reference and ``new`` are measured ``--repeats`` times, alternately (each pa
 is the median of the pairs' speed-ups with their range (``speedup_new_over_reference_median`` / ``_range``); the
 other variants run once, in the first pair.
 
+The current library shortens the busy-wait of idle OpenMP workers (``GOMP_SPINCOUNT``, set by the stages before
+torch loads: ``xmc.methods.base.short_openmp_spin``); this script sets it the same way for the current library and
+leaves the reference worker with libgomp's default, as that commit ran. A ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` of
+yours is kept on both sides (``GOMP_SPINCOUNT=300000``, libgomp's default, measures the current library without it).
+
 Not a test: run it on an idle machine.
 """
 
@@ -53,11 +58,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 
 def machine_peaks(seconds: float = 2.0) -> dict[str, float]:
     """Memory bandwidth (GB/s, read + write of a 512 MB copy) and fp32 matrix-product GFLOP/s on this process's threads."""
+    import torch
+
     a = torch.empty(128 << 20, dtype=torch.float32).uniform_()
     b = torch.empty_like(a)
     b.copy_(a)
@@ -128,6 +134,8 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     from xmc.methods.base import RunContext
     from xmc.methods.runs import RunSpec, find_run
     from xmc.train import Trainer, TrainConfig
+
+    import torch
 
     spec = find_run(params, run)
     cfg = deep_merge(spec.config, overrides)
@@ -207,6 +215,7 @@ VARIANTS = {
     "dexml_bow": {"new": {}, "new_torch_row_adam": TORCH_ROW_ADAM, "new_ivf_mining": IVF_MINING,
                   "new_refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}},
 }
+_SPIN_SET_HERE = False   # whether main() set GOMP_SPINCOUNT (then the reference worker runs without it)
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,6 +246,8 @@ def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
                        capture_output=True)
         try:
             env = {**os.environ, "PYTHONPATH": str(tree)}
+            if _SPIN_SET_HERE:   # the reference library left libgomp's default spin (xmc.methods.base.short_openmp_spin)
+                env.pop("GOMP_SPINCOUNT", None)
             p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--runs", ",".join(runs),
                                 "--epochs", str(epochs), "--processed", str(Path(processed).resolve()),
                                 "--peaks", json.dumps(peaks)], cwd=tree, env=env, capture_output=True, text=True)
@@ -262,6 +273,13 @@ def main() -> None:
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peaks", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if not a.worker:   # before torch (and its OpenMP runtime) loads, as the stages do it
+        from xmc.methods.base import short_openmp_spin
+
+        global _SPIN_SET_HERE
+        _SPIN_SET_HERE = short_openmp_spin()
+    import torch
+
     torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
     runs = a.runs.split(",")
     if a.worker:   # inside the reference worktree: one line of JSON on stdout
@@ -275,7 +293,11 @@ def main() -> None:
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                                        "python": platform.python_version(), "torch": torch.__version__,
                                        **{k: v for k, v in describe_machine(measure=False).items()
-                                          if k in ("cpu", "vector_isa")}, **peaks},
+                                          if k in ("cpu", "vector_isa")}, **peaks,
+                                       # idle OpenMP workers' busy-wait before they sleep, on each side
+                                       "gomp_spincount": {"new": os.environ.get("GOMP_SPINCOUNT", "libgomp default"),
+                                                          "reference": "libgomp default" if _SPIN_SET_HERE else
+                                                          os.environ.get("GOMP_SPINCOUNT", "libgomp default")}},
                            "reference_commit": a.reference, "epochs": a.epochs, "runs": {}}
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
     new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)

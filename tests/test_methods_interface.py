@@ -180,3 +180,32 @@ def test_set_threads_does_not_import_torch_and_applies_when_torch_loads():
     env = {**os.environ, "XMC_THREADS": "1", "OMP_NUM_THREADS": "2"}
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
+
+
+def test_set_threads_shortens_the_openmp_spin_unless_the_user_set_one():
+    """Stages set GOMP_SPINCOUNT before torch loads (libgomp reads it then), for their child processes too; a
+    GOMP_SPINCOUNT or OMP_WAIT_POLICY of the user's is left as it is."""
+    import os
+    import subprocess
+    import sys
+
+    from xmc.methods.base import OPENMP_SPIN_COUNT
+
+    code = ("import os, subprocess, sys\n"
+            "from xmc.methods.base import set_threads\n"
+            "set_threads()\n"
+            "assert 'torch' not in sys.modules\n"
+            "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))\n"
+            "child = subprocess.run([sys.executable, '-c', 'import os; print(os.environ.get(\"GOMP_SPINCOUNT\"))'],\n"
+            "                       capture_output=True, text=True, check=True)\n"
+            "print(child.stdout.strip())\n")
+    base = {k: v for k, v in os.environ.items() if k not in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY")}
+    seen = {}
+    for case, extra in {"unset": {}, "spin": {"GOMP_SPINCOUNT": "7"}, "policy": {"OMP_WAIT_POLICY": "ACTIVE"}}.items():
+        p = subprocess.run([sys.executable, "-c", code], env={**base, **extra}, capture_output=True, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr[-2000:]
+        seen[case] = p.stdout.split()
+    assert seen["unset"] == [str(OPENMP_SPIN_COUNT), "None", str(OPENMP_SPIN_COUNT)]
+    assert seen["spin"] == ["7", "None", "7"]
+    assert seen["policy"] == ["None", "ACTIVE", "None"]

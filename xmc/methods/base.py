@@ -37,9 +37,11 @@ def set_threads() -> None:
     """Use every core the machine (or ``XMC_THREADS``) gives this process: its share, under data parallelism.
 
     Sets torch's threads now if torch is loaded, else when it loads: a stage that never needs torch (the
-    baselines, name matching) does not pay the ~2 s of importing it just to set a thread count."""
+    baselines, name matching) does not pay the ~2 s of importing it just to set a thread count. Idle OpenMP
+    workers spin briefly before they sleep (:func:`short_openmp_spin`), so they leave the cores to the work."""
     import sys
 
+    short_openmp_spin()
     world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
     n = max(1, int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)) // world)
     if "torch" in sys.modules:
@@ -50,6 +52,23 @@ def set_threads() -> None:
             finder.threads = n
             return
     sys.meta_path.insert(0, _ThreadsWhenTorchLoads(n))
+
+
+# Busy-wait iterations of an idle OpenMP worker before it sleeps. libgomp's default, 300,000 (several ms), keeps
+# torch's idle workers (and faiss's: it ships its own libgomp) spinning between a step's operations, on the cores
+# that the C kernels' threads (xmc/native) and the other library's pool then need: on 2 cores a bag-of-words step's
+# RowAdam update took twice as long (bench/bow_training_speed.py measures the whole loop both ways).
+OPENMP_SPIN_COUNT = 20000
+
+
+def short_openmp_spin() -> bool:
+    """Set ``GOMP_SPINCOUNT`` to :data:`OPENMP_SPIN_COUNT` for the OpenMP runtimes this process loads from now on
+    (libgomp reads it when it loads: torch's, faiss's, scikit-learn's), and for its child processes. A setting of
+    the user's (``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` in the environment) is kept. True when it was set here."""
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        return False
+    os.environ["GOMP_SPINCOUNT"] = str(OPENMP_SPIN_COUNT)
+    return True
 
 
 class _ThreadsWhenTorchLoads:
