@@ -258,6 +258,14 @@ def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
 
 
+def _spin_setting() -> str:
+    """This process's OpenMP idle-wait setting, as libgomp read it from the environment."""
+    for var in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
+        if var in os.environ:
+            return f"{var}={os.environ[var]}"
+    return "libgomp default"
+
+
 def main() -> None:
     from xmc.config import set_offline_env
 
@@ -295,9 +303,9 @@ def main() -> None:
                                        **{k: v for k, v in describe_machine(measure=False).items()
                                           if k in ("cpu", "vector_isa")}, **peaks,
                                        # idle OpenMP workers' busy-wait before they sleep, on each side
-                                       "gomp_spincount": {"new": os.environ.get("GOMP_SPINCOUNT", "libgomp default"),
+                                       "gomp_spincount": {"new": _spin_setting(),
                                                           "reference": "libgomp default" if _SPIN_SET_HERE else
-                                                          os.environ.get("GOMP_SPINCOUNT", "libgomp default")}},
+                                                          _spin_setting()}},
                            "reference_commit": a.reference, "epochs": a.epochs, "runs": {}}
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
     new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)

@@ -57,7 +57,7 @@ def set_threads() -> None:
 # Busy-wait iterations of an idle OpenMP worker before it sleeps. libgomp's default, 300,000 (several ms), keeps
 # torch's idle workers (and faiss's: it ships its own libgomp) spinning between a step's operations, on the cores
 # that the C kernels' threads (xmc/native) and the other library's pool then need: on 2 cores a bag-of-words step's
-# RowAdam update took twice as long (bench/bow_training_speed.py measures the whole loop both ways).
+# RowAdam update took twice as long (bench/openmp_spin.py times the training loops with either setting).
 OPENMP_SPIN_COUNT = 20000
 
 
