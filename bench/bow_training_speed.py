@@ -215,7 +215,6 @@ VARIANTS = {
     "dexml_bow": {"new": {}, "new_torch_row_adam": TORCH_ROW_ADAM, "new_ivf_mining": IVF_MINING,
                   "new_refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}},
 }
-_SPIN_SET_HERE = False   # whether main() set GOMP_SPINCOUNT (then the reference worker runs without it)
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -237,16 +236,17 @@ def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str
 
 
 def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
-                      peaks: dict[str, float]) -> dict[str, dict[str, Any]]:
+                      peaks: dict[str, float], default_spin: bool = False) -> dict[str, dict[str, Any]]:
     """The same measurement of the library at ``commit``: a temporary worktree, this script run there as a worker
-    (its directory first on the path, so ``import xmc`` is that commit's)."""
+    (its directory first on the path, so ``import xmc`` is that commit's). ``default_spin``: the worker runs without
+    the ``GOMP_SPINCOUNT`` this process set, at libgomp's default, as that commit did."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "reference"
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), commit], cwd=ROOT, check=True,
                        capture_output=True)
         try:
             env = {**os.environ, "PYTHONPATH": str(tree)}
-            if _SPIN_SET_HERE:   # the reference library left libgomp's default spin (xmc.methods.base.short_openmp_spin)
+            if default_spin:   # the reference library left libgomp's default spin (xmc.methods.base.short_openmp_spin)
                 env.pop("GOMP_SPINCOUNT", None)
             p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--runs", ",".join(runs),
                                 "--epochs", str(epochs), "--processed", str(Path(processed).resolve()),
@@ -284,8 +284,7 @@ def main() -> None:
     if not a.worker:   # before torch (and its OpenMP runtime) loads, as the stages do it
         from xmc.methods.base import short_openmp_spin
 
-        global _SPIN_SET_HERE
-        _SPIN_SET_HERE = short_openmp_spin()
+        spin_set_here = short_openmp_spin()   # then the reference worker runs without it
     import torch
 
     torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
@@ -304,17 +303,17 @@ def main() -> None:
                                           if k in ("cpu", "vector_isa")}, **peaks,
                                        # idle OpenMP workers' busy-wait before they sleep, on each side
                                        "gomp_spincount": {"new": _spin_setting(),
-                                                          "reference": "libgomp default" if _SPIN_SET_HERE else
+                                                          "reference": "libgomp default" if spin_set_here else
                                                           _spin_setting()}},
                            "reference_commit": a.reference, "epochs": a.epochs, "runs": {}}
-    reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
+    reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here)
     new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)
     # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
     # the median of the pairs' ratios is the figure, their range its spread
     pairs = {run: [(reference[run], new[run]["new"])] for run in runs}
     for i in range(1, a.repeats):
         print(f"repeat {i + 1} of {a.repeats}", flush=True)
-        ref_i = measure_reference(a.reference, runs, a.processed, a.epochs, peaks)
+        ref_i = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here)
         new_i = measure(runs, {run: {"new": VARIANTS[run]["new"]} for run in runs}, a.processed, a.epochs, peaks)
         for run in runs:
             pairs[run].append((ref_i[run], new_i[run]["new"]))
