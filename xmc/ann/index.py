@@ -49,6 +49,8 @@ from xmc.io import atomic_dir
 log = logging.getLogger(__name__)
 
 
+# float16 (scalar-quantizer) storage pads d with zero columns to a multiple of this, faiss' widest SIMD width
+FP16_D_MULTIPLE = 16
 # kinds with a search width that calibrate() sets to the recall target
 CALIBRATED_KINDS = ("ivf", "hnsw", "pq")
 # where the calibrated width and brute force are within 2x of each other, each is timed this many times
@@ -120,8 +122,9 @@ class ANNIndex:
         self.exact_fallback = exact_fallback
         # norm_max: set when the indexed vectors carry the extra norm-equalising coordinate (queries get a 0)
         self.equalize_norms, self.norm_max = bool(equalize_norms), norm_max
-        # pq: candidates re-ranked exactly = k_factor x k; pad: zero columns that make d a multiple of 4 (two
-        # dimensions per 4-bit code, an even number of codes); a zero column changes no inner product
+        # pq: candidates re-ranked exactly = k_factor x k; pad: zero columns that make d a multiple of 4 (pq: two
+        # dimensions per 4-bit code, an even number of codes) or of FP16_D_MULTIPLE (float16 storage); a zero
+        # column changes no inner product
         self.pq_fallback, self.k_factor, self.pad = bool(pq_fallback), int(k_factor), int(pad)
         # IVF: k-means iterations of the coarse centroids (None: faiss' 10). A training-time mining index is built
         # anew at every refresh, and at 10^4-10^5 vectors its k-means costs as much as the search it saves
@@ -195,6 +198,12 @@ class ANNIndex:
             if norms.max() - norms.min() > 1e-3 * max(float(norms.max()), 1e-12):
                 self.norm_max = float(norms.max())
                 d += 1
+        if fp16:
+            # faiss' fp16 scalar quantizer has SIMD distance code only where d is a multiple of the vector width
+            # (8 floats with AVX2, 16 with AVX-512) and decodes one component at a time otherwise: ASTRA's 769-d
+            # classifier rows (or any d + 1 with equalized norms) searched several times slower than 784-d ones
+            self.pad = -d % FP16_D_MULTIPLE
+            d += self.pad
         if self.kind == "exact":
             index = (faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, metric) if fp16
                      else faiss.IndexFlatIP(d))
