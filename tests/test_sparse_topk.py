@@ -244,3 +244,28 @@ def test_prune_postings_keeps_each_terms_largest_entries():
     # a query's product with the pruned side has at most (its terms x cap) nonzeros
     q = sp.csr_matrix(rng.random((1, 40)) * (rng.random((1, 40)) < 0.2))
     assert (q @ P.T).nnz <= q.nnz * 5 + 5 * 40
+
+
+@pytest.mark.parametrize("params", [{}, {"ngram_max": 1, "sublinear_tf": False}, {"min_df": 2, "max_df": 0.5},
+                                    {"max_features": 150, "ngram_max": 3}, {"stop_words": ["w0", "w1"]}])
+def test_fit_tfidf_tokenises_once_and_equals_fit_then_transform(params):
+    """The features of the training and label texts come from the counts that fit the vocabulary; they must be
+    the bytes that scikit-learn's fit followed by transform gives, whatever the pruning and weighting knobs."""
+    from xmc.baselines.tfidf import _vectorizer
+
+    rng = np.random.default_rng(3)
+    words = [f"w{i}" for i in range(300)]
+    p = 1 / np.arange(1, 301) ** 1.05
+    p /= p.sum()
+    trn = [" ".join(rng.choice(words, rng.integers(1, 20), p=p)) for _ in range(400)] + ["", "zzzz"]
+    lbl = [" ".join(rng.choice(words, rng.integers(2, 9), p=p)) for _ in range(120)]
+    val = [" ".join(rng.choice(words, rng.integers(1, 12), p=p)) for _ in range(50)] + ["unseen words only"]
+    got = fit_tfidf(trn, val, lbl, params)
+    ref = _vectorizer(params).fit(trn + lbl)
+    assert got.vectorizer.vocabulary_ == ref.vocabulary_
+    np.testing.assert_array_equal(got.vectorizer.idf_, ref.idf_)
+    for name, texts in (("trn", trn), ("val", val), ("lbl", lbl)):
+        mine, want = getattr(got, name), sp.csr_matrix(ref.transform(texts))
+        assert isinstance(mine, sp.csr_matrix) and mine.has_sorted_indices and mine.dtype == want.dtype == np.float32
+        for part in ("indptr", "indices", "data"):
+            np.testing.assert_array_equal(getattr(mine, part), getattr(want, part), err_msg=f"{name}.{part} {params}")
