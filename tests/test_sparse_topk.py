@@ -251,6 +251,8 @@ def test_prune_postings_keeps_each_terms_largest_entries():
 def test_fit_tfidf_tokenises_once_and_equals_fit_then_transform(params):
     """The features of the training and label texts come from the counts that fit the vocabulary; they must be
     the bytes that scikit-learn's fit followed by transform gives, whatever the pruning and weighting knobs."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
     from xmc.baselines.tfidf import _vectorizer
 
     rng = np.random.default_rng(3)
@@ -261,7 +263,7 @@ def test_fit_tfidf_tokenises_once_and_equals_fit_then_transform(params):
     lbl = [" ".join(rng.choice(words, rng.integers(2, 9), p=p)) for _ in range(120)]
     val = [" ".join(rng.choice(words, rng.integers(1, 12), p=p)) for _ in range(50)] + ["unseen words only"]
     got = fit_tfidf(trn, val, lbl, params)
-    ref = _vectorizer(params).fit(trn + lbl)
+    ref = TfidfVectorizer(**_vectorizer(params).get_params()).fit(trn + lbl)   # scikit-learn's own passes
     assert got.vectorizer.vocabulary_ == ref.vocabulary_
     np.testing.assert_array_equal(got.vectorizer.idf_, ref.idf_)
     for name, texts in (("trn", trn), ("val", val), ("lbl", lbl)):
@@ -269,3 +271,15 @@ def test_fit_tfidf_tokenises_once_and_equals_fit_then_transform(params):
         assert isinstance(mine, sp.csr_matrix) and mine.has_sorted_indices and mine.dtype == want.dtype == np.float32
         for part in ("indptr", "indices", "data"):
             np.testing.assert_array_equal(getattr(mine, part), getattr(want, part), err_msg=f"{name}.{part} {params}")
+
+
+@pytest.mark.parametrize("vocabulary", [{}, {"b": 1, "a": 0}, {"zeta": 2, "\u00e9t\u00e9": 3, "a \\ \"q\"": 0, "abc": 1},
+                                        {"b": 0, "a": 1}, {"a": 0, "b": 2}, {"a": 1, "b": 1}])
+def test_vocabulary_json_is_json_dumps_with_sorted_keys(vocabulary):
+    """The TF-IDF stage writes its vocabulary without a json key sort when the column order is the terms' order;
+    the bytes must be those of the sorting dump (DVC hashes them), for any vocabulary (the others take the dump)."""
+    import json
+
+    from xmc.baselines.tfidf import vocabulary_json
+
+    assert vocabulary_json(vocabulary) == json.dumps(vocabulary, ensure_ascii=False, sort_keys=True)
