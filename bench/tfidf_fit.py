@@ -31,28 +31,24 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def stock_fit_and_save(trn: list[str], val: list[str], lbl: list[str], params: dict[str, Any], out: Path) -> tuple[float, float, int]:
-    """scikit-learn's own fit then transform, saved in the stage's layout with a sorting json dump."""
-    import numpy as np
+    """scikit-learn's own fit then transform, saved by the stage's ``TfidfFeatures.save`` with the sorting json dump
+    of the vocabulary in place of ``vocabulary_json``."""
+    from unittest import mock
+
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from xmc.baselines.tfidf import _vectorizer
-    from xmc.io import atomic_dir, save_csr, save_npz_deterministic
+    from xmc.baselines.tfidf import TfidfFeatures, _vectorizer
+    from xmc.config.schema import TfidfConfig, filled
 
     t0 = time.perf_counter()
     vec = TfidfVectorizer(**_vectorizer(params).get_params()).fit(trn + lbl)
-    X = {name: vec.transform(texts).tocsr() for name, texts in (("trn", trn), ("val", val), ("lbl", lbl))}
+    X = [vec.transform(texts).tocsr() for texts in (trn, val, lbl)]
     fit_s = time.perf_counter() - t0
-    from xmc.config.schema import TfidfConfig, filled
-
-    settings = {k: v for k, v in filled(TfidfConfig, params, "tfidf").items() if v is not None}
+    feats = TfidfFeatures(vec, *X, {k: v for k, v in filled(TfidfConfig, params, "tfidf").items() if v is not None})
     t0 = time.perf_counter()
-    with atomic_dir(out) as tmp:
-        vocab = {t: int(i) for t, i in vec.vocabulary_.items()}
-        (tmp / "vocabulary.json").write_text(json.dumps(vocab, ensure_ascii=False, sort_keys=True), encoding="utf-8")
-        (tmp / "settings.json").write_text(json.dumps(settings, sort_keys=True, indent=2), encoding="utf-8")
-        save_npz_deterministic(tmp / "idf.npz", idf=vec.idf_.astype(np.float64))
-        for name, m in X.items():
-            save_csr(tmp / f"X_{name}.npz", m)
+    with mock.patch("xmc.baselines.tfidf.vocabulary_json",
+                    lambda v: json.dumps({t: int(i) for t, i in v.items()}, ensure_ascii=False, sort_keys=True)):
+        feats.save(out)
     return fit_s, time.perf_counter() - t0, len(vec.vocabulary_)
 
 
