@@ -834,6 +834,46 @@ def test_an_ivf_index_slower_than_brute_force_tries_the_pq_scan_before_exact_sea
         assert idx.kind == "ivf" and cal["search_seconds_per_1000"] < cal["exact_seconds_per_1000"]
 
 
+def test_a_sample_of_the_vectors_in_the_trained_ivf_lists_predicts_the_full_index_and_skips_a_slow_one(monkeypatch):
+    import xmc.ann.index as ann
+    from xmc.ann.index import exact_top_ids, recall_of
+
+    monkeypatch.setattr(ann, "PROBE_MIN_VECTORS", 20_000)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40_000, 32)).astype(np.float32)   # no clusters: the target needs most lists
+    q = rng.standard_normal((300, 32)).astype(np.float32)
+    idx = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.95, calibration_sample=300).build(x, q)
+    cal = idx.calibration
+    before = cal["before"]
+    probe = before["probe"]
+    # predicted no faster than brute force: the IVF index was never filled or calibrated, the PQ scan (or exact
+    # search) was calibrated on the same queries with the same brute-force timing
+    assert before["estimated"] and probe["skip"] and cal["built_as"] == "ivf" and idx.kind in ("pq", "exact")
+    assert probe["vectors"] == 4_000 and probe["at_k"] == 10
+    assert before["search_seconds_per_1000"] >= before["exact_seconds_per_1000"] == probe["exact_seconds_per_1000"]
+    if idx.kind == "pq":
+        assert cal["recall"] >= 0.95 and cal["exact_seconds_per_1000"] <= before["exact_seconds_per_1000"]
+    # the sample's recall at each width it tried is the full index's recall@100 at that width
+    full = ANNIndex(kind="ivf", use_gpu=False, exact_fallback=False).build(x)
+    truth = exact_top_ids(q, x, 100)
+    assert len(probe["tried"]) >= 3
+    for width, estimated in probe["tried"].items():
+        full.nprobe = int(width)
+        full._apply_search_params()
+        assert abs(recall_of(full.search(q, 100)[1], truth) - estimated) < 0.06, width
+    # clustered vectors: the probe finds the few lists the target needs and the IVF index is built as before
+    centres = rng.standard_normal((400, 64)).astype(np.float32)
+    y = (centres[rng.integers(0, 400, 100_000)] + 0.05 * rng.standard_normal((100_000, 64))).astype(np.float32)
+    qy = (centres[rng.integers(0, 400, 500)] + 0.05 * rng.standard_normal((500, 64))).astype(np.float32)
+    idy = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.9, calibration_sample=500).build(y, qy)
+    assert idy.kind == "ivf" and "before" not in idy.calibration and idy.calibration["reached"]
+    assert idy.ntotal == 100_000 and idy.index.nprobe < idy._nlist // 4
+    # below PROBE_MIN_VECTORS (every semcor index) nothing is probed
+    monkeypatch.setattr(ann, "PROBE_MIN_VECTORS", 200_000)
+    assert "probe" not in (ANNIndex(kind="ivf", use_gpu=False, recall_target=0.95, calibration_sample=300)
+                           .build(x, q).calibration.get("before") or {})
+
+
 def test_a_close_call_between_the_index_and_brute_force_is_timed_again_so_one_slowed_run_does_not_decide(monkeypatch):
     import time as _time
 

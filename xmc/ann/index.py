@@ -32,6 +32,13 @@ clusters, e.g. a barely trained encoder), a ``pq`` index is built and its ``k_fa
 target before the index falls back to exact search. At 10^6 one-epoch DEXML-BoW label vectors (d 256) IVF reached
 recall@100 0.768 at 1,024 of 4,000 lists in 7.2 s per 1,000 queries against 9.8 s for brute force, and PQ fast-scan
 with exact re-ranking 0.907 / 0.979 at k_factor 4 / 10 in 4.4 / 4.6 s, built in 6 s.
+
+The IVF probe: above ``PROBE_MIN_VECTORS`` an IVF index with a recall target and a fallback adds a tenth of the
+vectors to a copy of its trained (empty) lists and calibrates that first. Where the width the target needs is
+predicted no faster than brute force, the full index is neither filled nor calibrated and the fallback is built
+at once; ``calibration["before"]`` keeps the prediction (``estimated``, ``probe``). On the 10^6 DEXML-BoW vectors the
+sample's recall@10 at nprobe 64 / 512 / 1,024 / 2,048 was 0.411 / 0.634 / 0.773 / 0.922 against the full index's
+recall@100 of 0.416 / 0.639 / 0.773 / 0.918.
 """
 
 from __future__ import annotations
@@ -56,6 +63,10 @@ CALIBRATED_KINDS = ("ivf", "hnsw", "pq")
 # where the calibrated width and brute force are within 2x of each other, each is timed this many times
 # (alternating) before one falls back to the other: the fastest of each is compared
 TIMING_ROUNDS = 3
+# an IVF build over at least this many vectors first probes its trained partition with a sample of them (below)
+PROBE_MIN_VECTORS = 100_000
+# the probe's share of the vectors: its exact top-(k x share) has the rank quantiles of the full top-k
+PROBE_SHARE = 0.1
 
 
 def exact_top_ids(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
@@ -230,13 +241,110 @@ class ANNIndex:
         if not index.is_trained:   # IVF centroids (and a scalar quantizer's ranges) from a sample of the rows
             rows = np.sort(np.random.default_rng(0).choice(n, min(n, 256 * 1024), replace=False)) if n else np.zeros(0, int)
             index.train(self._stored(vectors[rows]))
+        self.index = index
+        calibrating = self.kind in CALIBRATED_KINDS and self.recall_target and queries is not None and len(queries) and n
+        exact = None
+        if (calibrating and self.kind == "ivf" and self.exact_fallback and not self.on_gpu
+                and n >= PROBE_MIN_VECTORS):
+            # adding every vector and calibrating the width costs minutes at 10^6 (93-182 s of a prediction stage
+            # whose vectors then fell back to a PQ scan): a sample of them in the trained lists predicts first
+            # whether any width can beat brute force at the recall target
+            exact = self._exact_truth(queries, vectors, recall_k)
+            probe = self._probe_ivf(vectors, exact[0], recall_k, exact[1])
+            if probe["skip"]:
+                log.info("ivf index: the probe puts the width the target needs (nprobe %d, recall %.3f on %d "
+                         "sampled vectors) at about %.2f s per 1000 queries against %.2f s for exact search: "
+                         "not built", probe["nprobe"], probe["recall"], probe["vectors"],
+                         probe["estimated_seconds_per_1000"], probe["exact_seconds_per_1000"])
+                m = len(exact[0][0])
+                first = {"kind": "ivf", "recall_target": self.recall_target, "at_k": int(exact[0][1].shape[1]),
+                         "queries": m, "knob": "nprobe", "value": probe["nprobe"], "recall": probe["recall"],
+                         "reached": probe["reached"], "equalized_norms": self.norm_max is not None,
+                         "search_seconds_per_1000": probe["estimated_seconds_per_1000"],
+                         "exact_seconds_per_1000": probe["exact_seconds_per_1000"], "timing_rounds": 1,
+                         "tried": probe["tried"], "estimated": True, "probe": probe}
+                self._fall_back(queries, vectors, recall_k, exact, first)
+                return self
         for s in range(0, n, block):
             index.add(self._stored(vectors[s : s + block]))
-        self.index = index
         self._apply_search_params()
-        if self.kind in CALIBRATED_KINDS and self.recall_target and queries is not None and len(queries) and n:
-            self.calibrate(queries, vectors, recall_k)
+        if calibrating:
+            self.calibrate(queries, vectors, recall_k, _exact=None if exact is None else (exact[0][1], exact[1]))
         return self
+
+    def _calibration_queries(self, queries: np.ndarray) -> np.ndarray:
+        """Up to ``calibration_sample`` of ``queries`` (a fixed sample), float32."""
+        m = min(self.calibration_sample, len(queries))
+        rows = np.sort(np.random.default_rng(0).choice(len(queries), m, replace=False))
+        return np.ascontiguousarray(queries[rows], dtype=np.float32)
+
+    def _exact_truth(self, queries: np.ndarray, vectors: np.ndarray,
+                     k: int) -> tuple[tuple[np.ndarray, np.ndarray], float]:
+        """((calibration queries, their exact top-k ids), seconds the exact search took)."""
+        import time
+
+        q = self._calibration_queries(queries)
+        t0 = time.perf_counter()
+        truth = exact_top_ids(q, vectors, max(1, min(k, len(vectors))))
+        return (q, truth), time.perf_counter() - t0
+
+    def _probe_ivf(self, vectors: np.ndarray, q_truth: tuple[np.ndarray, np.ndarray], k: int,
+                   exact_s: float) -> dict[str, Any]:
+        """Whether the trained (still empty) IVF index can reach ``recall_target`` faster than brute force,
+        predicted from ``PROBE_SHARE`` of the vectors added to a copy of it. A vector's list does not depend on
+        which others are indexed, and the exact top-(k x share) of a uniform sample holds the same rank quantiles
+        as the full top-k, so the sample's recall at an ``nprobe`` estimates the full index's. The full search
+        time is the coarse search (nprobe 1 on the sample) plus the sample's list scanning scaled by 1 / share;
+        ``skip`` when that is no faster than the exact search measured on the same queries."""
+        import time
+
+        import faiss
+
+        n = len(vectors)
+        q, _ = q_truth
+        m = len(q)
+        rows = np.sort(np.random.default_rng(1).choice(n, max(1, int(n * PROBE_SHARE)), replace=False))
+        share = len(rows) / n
+        kk = max(1, int(round(min(k, n) * share)))
+        sample = np.concatenate([np.asarray(vectors[rows[s : s + 65536]], dtype=np.float32)
+                                 for s in range(0, len(rows), 65536)])
+        sub_truth = exact_top_ids(q, sample, kk)
+        probe = faiss.clone_index(self.index)
+        for s in range(0, len(sample), 65536):
+            probe.add(self._stored(sample[s : s + 65536]))
+        qq = self._query(q)
+        nlist = self._nlist
+        ladder = sorted({min(2 ** i, nlist) for i in range(int(np.ceil(np.log2(max(nlist, 1)))) + 1)} | {nlist})
+        tried: dict[int, tuple[float, float]] = {}
+
+        def measure(width: int, rounds: int = 1) -> float:
+            probe.nprobe = width
+            best = float("inf")
+            for _ in range(rounds):
+                t = time.perf_counter()
+                ids = probe.search(qq, kk)[1]
+                best = min(best, time.perf_counter() - t)
+            tried[width] = (recall_of(ids, sub_truth), best)
+            return tried[width][0]
+
+        lo, hi = 0, len(ladder) - 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if measure(ladder[mid]) >= self.recall_target:
+                hi = mid
+            else:
+                lo = mid + 1
+        width = ladder[lo]
+        measure(width, rounds=2)
+        measure(1, rounds=2)   # the coarse search (and one list): paid at any size
+        coarse_s = tried[1][1]
+        est_s = coarse_s + max(tried[width][1] - coarse_s, 0.0) / share
+        recall = tried[width][0]
+        return {"vectors": int(len(rows)), "at_k": kk, "nprobe": int(width), "recall": round(recall, 4),
+                "reached": bool(recall >= self.recall_target),
+                "tried": {str(w): round(r, 4) for w, (r, _) in sorted(tried.items())},
+                "estimated_seconds_per_1000": round(1000 * est_s / m, 3),
+                "exact_seconds_per_1000": round(1000 * exact_s / m, 3), "skip": bool(est_s >= exact_s)}
 
     def _stored(self, rows: np.ndarray) -> np.ndarray:
         """Rows as the index holds them: float32, with the norm-equalising coordinate when ``norm_max`` is set and
@@ -267,9 +375,8 @@ class ANNIndex:
             raise ValueError(f"calibrate: a {self.kind} index has no search width")
         import time
 
-        m = min(self.calibration_sample, len(queries))
-        rows = np.sort(np.random.default_rng(0).choice(len(queries), m, replace=False))
-        q = np.ascontiguousarray(queries[rows], dtype=np.float32)
+        q = self._calibration_queries(queries)
+        m = len(q)
         k = max(1, min(k, self.ntotal))
         if _exact is None:
             t0 = time.perf_counter()
@@ -336,21 +443,26 @@ class ANNIndex:
                  1000 * approx_s / m, 1000 * exact_s / m, "" if recall >= self.recall_target else
                  ": not reached below the widest setting, the search is near exhaustive on these vectors")
         if self.exact_fallback and approx_s >= exact_s:
-            # vectors that do not cluster (e.g. a barely trained encoder): the width the target needs searches
-            # more slowly than brute force. A quantised scan of every vector, re-ranked exactly, needs no clusters;
-            # where it is no faster either, brute force (recall 1) is what remains
-            first = dict(self.calibration)
-            if self.pq_fallback and self.kind != "pq":
-                log.info("%s index: no faster than exact search at that recall, trying a PQ scan", self.kind)
-                self._rebuild(vectors, "pq")
-                self.calibrate(queries, vectors, k, _exact=(truth, exact_s))
-                self.calibration = {**self.calibration, "fallback": self.calibration.get("fallback", "pq"),
-                                    "built_as": first["kind"], "before": first}
-            else:
-                log.info("%s index: no faster than exact search at that recall, building an exact index", self.kind)
-                self._rebuild(vectors, "exact")
-                self.calibration = {**first, "fallback": "exact", "built_as": first["kind"]}
+            self._fall_back(queries, vectors, k, ((q, truth), exact_s), dict(self.calibration))
         return self.calibration
+
+    def _fall_back(self, queries: np.ndarray, vectors: np.ndarray, k: int,
+                   exact: tuple[tuple[np.ndarray, np.ndarray], float], first: dict[str, Any]) -> None:
+        """Vectors that do not cluster (e.g. a barely trained encoder): the width the target needs searches more
+        slowly than brute force (``first``: that measurement, or the probe's estimate). A quantised scan of every
+        vector, re-ranked exactly, needs no clusters; where it is no faster either, brute force (recall 1) is what
+        remains."""
+        (_, truth), exact_s = exact
+        if self.pq_fallback and first["kind"] != "pq":
+            log.info("%s index: no faster than exact search at that recall, trying a PQ scan", first["kind"])
+            self._rebuild(vectors, "pq")
+            self.calibrate(queries, vectors, k, _exact=(truth, exact_s))
+            self.calibration = {**self.calibration, "fallback": self.calibration.get("fallback", "pq"),
+                                "built_as": first["kind"], "before": first}
+        else:
+            log.info("%s index: no faster than exact search at that recall, building an exact index", first["kind"])
+            self._rebuild(vectors, "exact")
+            self.calibration = {**first, "fallback": "exact", "built_as": first["kind"]}
 
     def _rebuild(self, vectors: np.ndarray, kind: str, block: int = 65536) -> None:
         """Replace the built index by a float32 one of ``kind`` over the same ``vectors`` (uncalibrated)."""
