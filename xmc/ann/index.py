@@ -242,8 +242,9 @@ class ANNIndex:
             rows = np.sort(np.random.default_rng(0).choice(n, min(n, 256 * 1024), replace=False)) if n else np.zeros(0, int)
             index.train(self._stored(vectors[rows]))
         self.index = index
-        calibrating = self.kind in CALIBRATED_KINDS and self.recall_target and queries is not None and len(queries) and n
-        exact = None
+        calibrating = bool(self.kind in CALIBRATED_KINDS and self.recall_target and queries is not None
+                           and len(queries) and n)
+        exact, probe = None, None
         if (calibrating and self.kind == "ivf" and self.exact_fallback and not self.on_gpu
                 and n >= PROBE_MIN_VECTORS):
             # adding every vector and calibrating the width costs minutes at 10^6 (93-182 s of a prediction stage
@@ -270,6 +271,11 @@ class ANNIndex:
         self._apply_search_params()
         if calibrating:
             self.calibrate(queries, vectors, recall_k, _exact=None if exact is None else (exact[0][1], exact[1]))
+            if probe is not None:   # predicted faster than brute force: kept next to what the full index measured
+                if "before" in self.calibration:   # ... which then fell back after all
+                    self.calibration["before"] = {**self.calibration["before"], "probe": probe}
+                else:
+                    self.calibration = {**self.calibration, "probe": probe}
         return self
 
     def _calibration_queries(self, queries: np.ndarray) -> np.ndarray:
@@ -293,9 +299,12 @@ class ANNIndex:
         """Whether the trained (still empty) IVF index can reach ``recall_target`` faster than brute force,
         predicted from ``PROBE_SHARE`` of the vectors added to a copy of it. A vector's list does not depend on
         which others are indexed, and the exact top-(k x share) of a uniform sample holds the same rank quantiles
-        as the full top-k, so the sample's recall at an ``nprobe`` estimates the full index's. The full search
-        time is the coarse search (nprobe 1 on the sample) plus the sample's list scanning scaled by 1 / share;
-        ``skip`` when that is no faster than the exact search measured on the same queries."""
+        as the full top-k, so the sample's recall at an ``nprobe`` estimates the full index's. The search time at
+        that width is linear in the vectors its lists hold, with an intercept (the coarse search and a per-list
+        cost) that does not grow with them: a second sample of the same size added to the copy gives the slope,
+        and the full time is extrapolated from the two (samples that fit in the cache make it an underestimate,
+        which errs towards building the index). ``skip`` when the target needs every list, or when the estimate is
+        no faster than the exact search measured on the same queries."""
         import time
 
         import faiss
@@ -303,15 +312,23 @@ class ANNIndex:
         n = len(vectors)
         q, _ = q_truth
         m = len(q)
-        rows = np.sort(np.random.default_rng(1).choice(n, max(1, int(n * PROBE_SHARE)), replace=False))
+        size = max(1, int(n * PROBE_SHARE))
+        # two disjoint samples: the first estimates the recall, the second the time per added vector
+        both = np.random.default_rng(1).choice(n, min(n, 2 * size), replace=False)
+        rows, extra = np.sort(both[:size]), np.sort(both[size:])
         share = len(rows) / n
         kk = max(1, int(round(min(k, n) * share)))
-        sample = np.concatenate([np.asarray(vectors[rows[s : s + 65536]], dtype=np.float32)
-                                 for s in range(0, len(rows), 65536)])
+
+        def gathered(r: np.ndarray) -> np.ndarray:
+            return np.concatenate([np.asarray(vectors[r[s : s + 65536]], dtype=np.float32)
+                                   for s in range(0, len(r), 65536)])
+
+        sample = gathered(rows)
         sub_truth = exact_top_ids(q, sample, kk)
         probe = faiss.clone_index(self.index)
         for s in range(0, len(sample), 65536):
             probe.add(self._stored(sample[s : s + 65536]))
+        del sample
         qq = self._query(q)
         nlist = self._nlist
         ladder = sorted({min(2 ** i, nlist) for i in range(int(np.ceil(np.log2(max(nlist, 1)))) + 1)} | {nlist})
@@ -335,16 +352,29 @@ class ANNIndex:
             else:
                 lo = mid + 1
         width = ladder[lo]
-        measure(width, rounds=2)
-        measure(1, rounds=2)   # the coarse search (and one list): paid at any size
-        coarse_s = tried[1][1]
-        est_s = coarse_s + max(tried[width][1] - coarse_s, 0.0) / share
-        recall = tried[width][0]
+        recall = measure(width, rounds=3)
+        one_s = tried[width][1]
+        probe.nprobe = width
+        if len(extra):
+            for s in range(0, len(extra), 65536):
+                probe.add(self._stored(gathered(extra[s : s + 65536])))
+        two_s = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            probe.search(qq, kk)
+            two_s = min(two_s, time.perf_counter() - t)
+        # time = intercept + slope x vectors held; noise can make the second sample look free, never negative
+        per_sample_s = max(two_s - one_s, 0.0) if len(extra) else 0.0
+        est_s = one_s + per_sample_s * (n - len(rows)) / max(len(extra), 1)
         return {"vectors": int(len(rows)), "at_k": kk, "nprobe": int(width), "recall": round(recall, 4),
                 "reached": bool(recall >= self.recall_target),
                 "tried": {str(w): round(r, 4) for w, (r, _) in sorted(tried.items())},
+                "seconds_per_1000": {str(len(rows)): round(1000 * one_s / m, 3),
+                                     str(len(rows) + len(extra)): round(1000 * two_s / m, 3)},
                 "estimated_seconds_per_1000": round(1000 * est_s / m, 3),
-                "exact_seconds_per_1000": round(1000 * exact_s / m, 3), "skip": bool(est_s >= exact_s)}
+                "exact_seconds_per_1000": round(1000 * exact_s / m, 3),
+                # every list is a scan of every vector plus the coarse search: never faster than brute force
+                "skip": bool(width >= nlist or est_s >= exact_s)}
 
     def _stored(self, rows: np.ndarray) -> np.ndarray:
         """Rows as the index holds them: float32, with the norm-equalising coordinate when ``norm_max`` is set and
