@@ -865,6 +865,7 @@ def test_a_sample_of_the_vectors_in_the_trained_ivf_lists_predicts_the_full_inde
     assert before["estimated"] and before["probe"]["skip"] and before["value"] == full._nlist
     assert cal["built_as"] == "ivf" and idx.kind in ("pq", "exact")
     assert before["exact_seconds_per_1000"] == before["probe"]["exact_seconds_per_1000"]
+    assert before["probe"]["seconds_per_1000"] == {} and before["probe"]["estimated_seconds_per_1000"] is None
     if idx.kind == "pq":
         assert cal["exact_seconds_per_1000"] <= before["exact_seconds_per_1000"]
 
