@@ -67,6 +67,8 @@ TIMING_ROUNDS = 3
 PROBE_MIN_VECTORS = 100_000
 # the probe's share of the vectors: its exact top-(k x share) has the rank quantiles of the full top-k
 PROBE_SHARE = 0.1
+# the probe times its width on this many of the calibration queries (its recall uses all of them)
+PROBE_TIMING_QUERIES = 300
 
 
 def exact_top_ids(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
@@ -333,17 +335,12 @@ class ANNIndex:
         qq = self._query(q)
         nlist = self._nlist
         ladder = sorted({min(2 ** i, nlist) for i in range(int(np.ceil(np.log2(max(nlist, 1)))) + 1)} | {nlist})
-        tried: dict[int, tuple[float, float]] = {}
+        tried: dict[int, float] = {}   # width -> recall on the sample
 
-        def measure(width: int, rounds: int = 1) -> float:
+        def measure(width: int) -> float:
             probe.nprobe = width
-            best = float("inf")
-            for _ in range(rounds):
-                t = time.perf_counter()
-                ids = probe.search(qq, kk)[1]
-                best = min(best, time.perf_counter() - t)
-            tried[width] = (recall_of(ids, sub_truth), best)
-            return tried[width][0]
+            tried[width] = recall_of(probe.search(qq, kk)[1], sub_truth)
+            return tried[width]
 
         lo, hi = 0, len(ladder) - 1
         while lo < hi:
@@ -353,32 +350,38 @@ class ANNIndex:
             else:
                 lo = mid + 1
         width = ladder[lo]
+        recall = tried[width] if width in tried else measure(width)
         if width >= nlist:
             # every list is a scan of every vector plus the coarse search: never faster than brute force, so no
             # time to estimate (at 10^6 UniDEC's 512-d vectors, timing it cost about 40 s)
-            recall = tried[width][0] if width in tried else measure(width)
             return {"vectors": int(len(rows)), "at_k": kk, "nprobe": int(width), "recall": round(recall, 4),
                     "reached": bool(recall >= self.recall_target),
-                    "tried": {str(w): round(r, 4) for w, (r, _) in sorted(tried.items())},
+                    "tried": {str(w): round(r, 4) for w, r in sorted(tried.items())},
                     "seconds_per_1000": {}, "estimated_seconds_per_1000": None,
                     "exact_seconds_per_1000": round(1000 * exact_s / m, 3), "skip": True}
-        recall = measure(width, rounds=3)
-        one_s = tried[width][1]
+        # the time per query from PROBE_TIMING_QUERIES of them, the fastest of two runs with each sample
+        qt = qq[:PROBE_TIMING_QUERIES]
         probe.nprobe = width
+
+        def timed() -> float:
+            best = float("inf")
+            for _ in range(2):
+                t = time.perf_counter()
+                probe.search(qt, kk)
+                best = min(best, time.perf_counter() - t)
+            return best * m / len(qt)
+
+        one_s = timed()
         if len(extra):
             for s in range(0, len(extra), 65536):
                 probe.add(self._stored(gathered(extra[s : s + 65536])))
-        two_s = float("inf")
-        for _ in range(3):
-            t = time.perf_counter()
-            probe.search(qq, kk)
-            two_s = min(two_s, time.perf_counter() - t)
+        two_s = timed()
         # time = intercept + slope x vectors held; noise can make the second sample look free, never negative
         per_sample_s = max(two_s - one_s, 0.0) if len(extra) else 0.0
         est_s = one_s + per_sample_s * (n - len(rows)) / max(len(extra), 1)
         return {"vectors": int(len(rows)), "at_k": kk, "nprobe": int(width), "recall": round(recall, 4),
                 "reached": bool(recall >= self.recall_target),
-                "tried": {str(w): round(r, 4) for w, (r, _) in sorted(tried.items())},
+                "tried": {str(w): round(r, 4) for w, r in sorted(tried.items())},
                 "seconds_per_1000": {str(len(rows)): round(1000 * one_s / m, 3),
                                      str(len(rows) + len(extra)): round(1000 * two_s / m, 3)},
                 "estimated_seconds_per_1000": round(1000 * est_s / m, 3),
