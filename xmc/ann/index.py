@@ -37,8 +37,9 @@ The IVF probe: above ``PROBE_MIN_VECTORS`` an IVF index with a recall target and
 vectors to a copy of its trained (empty) lists and calibrates that first. Where the width the target needs is
 predicted no faster than brute force, the full index is neither filled nor calibrated and the fallback is built
 at once; ``calibration["before"]`` keeps the prediction (``estimated``, ``probe``). On the 10^6 DEXML-BoW vectors the
-sample's recall@10 at nprobe 64 / 512 / 1,024 / 2,048 was 0.411 / 0.634 / 0.773 / 0.922 against the full index's
-recall@100 of 0.416 / 0.639 / 0.773 / 0.918.
+sample's recall@10 at nprobe 64 / 512 / 1,024 / 2,048 was 0.403 / 0.640 / 0.776 / 0.921 against the full index's
+recall@100 of 0.416 / 0.639 / 0.773 / 0.918, and the three prediction indexes that fell back were built 1.42-1.67x
+faster (``bench/ivf_probe.json``).
 """
 
 from __future__ import annotations
