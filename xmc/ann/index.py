@@ -47,7 +47,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -101,6 +101,24 @@ def recall_of(ids: np.ndarray, truth: np.ndarray) -> float:
     hits = [len(set(a[:k][a[:k] >= 0].tolist()) & set(t[t >= 0].tolist())) / max(1, int((t >= 0).sum()))
             for a, t in zip(ids, truth)]
     return float(np.mean(hits)) if hits else 1.0
+
+
+def doubling_ladder(top: int) -> list[int]:
+    """1, 2, 4, ... up to ``top``, and ``top`` itself: the search widths a calibration tries."""
+    return sorted({min(2 ** i, top) for i in range(int(np.ceil(np.log2(max(top, 1)))) + 1)} | {top})
+
+
+def first_reaching(ladder: list[int], recall_at: Callable[[int], float], target: float) -> int:
+    """The first width of ``ladder`` whose ``recall_at(width)`` reaches ``target`` (the last one where none
+    does). Recall grows with the width, so a binary search measures a few of them."""
+    lo, hi = 0, len(ladder) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if recall_at(ladder[mid]) >= target:
+            hi = mid
+        else:
+            lo = mid + 1
+    return ladder[lo]
 
 
 def gpu_available() -> bool:
@@ -335,7 +353,6 @@ class ANNIndex:
         del sample
         qq = self._query(q)
         nlist = self._nlist
-        ladder = sorted({min(2 ** i, nlist) for i in range(int(np.ceil(np.log2(max(nlist, 1)))) + 1)} | {nlist})
         tried: dict[int, float] = {}   # width -> recall on the sample
 
         def measure(width: int) -> float:
@@ -343,14 +360,7 @@ class ANNIndex:
             tried[width] = recall_of(probe.search(qq, kk)[1], sub_truth)
             return tried[width]
 
-        lo, hi = 0, len(ladder) - 1
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if measure(ladder[mid]) >= self.recall_target:
-                hi = mid
-            else:
-                lo = mid + 1
-        width = ladder[lo]
+        width = first_reaching(doubling_ladder(nlist), measure, self.recall_target)
         recall = tried[width] if width in tried else measure(width)
         if width >= nlist:
             # every list is a scan of every vector plus the coarse search: never faster than brute force, so no
@@ -429,11 +439,11 @@ class ANNIndex:
         if self.kind == "pq":
             # candidates re-ranked = k_factor x k, at most every vector
             knob, top = "k_factor", max(1, min(256, self.ntotal // k))
-            ladder = sorted({min(2 ** i, top) for i in range(int(np.ceil(np.log2(top))) + 1)} | {top})
+            ladder = doubling_ladder(top)
         elif self.kind == "ivf":
             # every list (exhaustive) is the widest rung; faiss' GPU IVF searches at most 2048 lists
             knob, top = "nprobe", min(self._nlist, 2048) if self.on_gpu else self._nlist
-            ladder = sorted({min(2 ** i, top) for i in range(int(np.ceil(np.log2(max(top, 1)))) + 1)} | {top})
+            ladder = doubling_ladder(top)
         else:
             knob, top = "ef_search", max(16 * k, 2048)
             ladder = sorted({min(k * 2 ** i, top) for i in range(int(np.ceil(np.log2(top / k))) + 1)})
@@ -447,14 +457,7 @@ class ANNIndex:
             tried[width] = (recall_of(ids, truth), time.perf_counter() - t)
             return tried[width][0]
 
-        lo, hi = 0, len(ladder) - 1   # binary search for the first rung that reaches the target
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if measure(ladder[mid]) >= self.recall_target:
-                hi = mid
-            else:
-                lo = mid + 1
-        width = ladder[lo]
+        width = first_reaching(ladder, measure, self.recall_target)
         recall = tried[width][0] if width in tried else measure(width)
         setattr(self, knob, width)
         self._apply_search_params()
