@@ -6,10 +6,10 @@ target needs is predicted no faster than brute force, the full index is neither 
 fallback (a PQ scan, then exact search) is built at once. This bench takes each run's label vectors and
 calibration queries from a kept scale workspace (``python -m bench.scale --keep``: the saved prediction index and
 the package's query encoder; the 1,000 training queries the pipeline calibrates on) and builds the index both
-ways, alternating: ``full`` (the probe disabled: fill, calibrate, fall back) and ``probe``. Per run: build seconds
-of each and their ratio, the kind and width each chose with its recall@100 against exact search and seconds per
-1,000 queries, and the probe's estimate (recall and seconds at its width) against what the full IVF measured at
-the same width.
+ways, one after the other: ``full`` (the probe disabled: fill, calibrate, fall back), then ``probe``. Per run:
+build seconds of each and their ratio, the kind and width each chose with its recall@100 against exact search
+and seconds per 1,000 queries, and the probe's estimate (recall and seconds at its width) against what the full
+IVF measured at the same width.
 
     python -m bench.ivf_probe [--workspace bench/.scale/repo_1000000] [--runs dexml_bow,ramen,unidec,astra]
 """
@@ -26,16 +26,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_inputs(ws: Path, run: str, sample: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+def run_inputs(ws: Path, run: str) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """(label vectors, calibration query vectors, the saved index's settings) of one run's prediction index."""
     import torch
 
     from xmc.ann import ANNIndex
     from xmc.data import load_processed
+    from xmc.methods.base import predictor_options
     from xmc.package.predictors import predictor_class
 
     root = ws / "indexes" / run
@@ -46,10 +48,10 @@ def run_inputs(ws: Path, run: str, sample: int) -> tuple[np.ndarray, np.ndarray,
     n = len(vectors)
     del saved
     predictor = predictor_class(section["kind"], root).load(root, section, [""] * n)
-    texts = load_processed(ws / "data" / "processed", splits=("trn",)).trn.texts
-    # the training queries the pipeline calibrates on (xmc.methods.base.predictor_options)
-    m = min(sample, len(texts))
-    calib = [texts[i] for i in np.sort(np.random.default_rng(0).choice(len(texts), m, replace=False))]
+    # the training queries the pipeline calibrates on, chosen as the prediction stage chooses them
+    params = yaml.safe_load((ws / "params.yaml").read_text())
+    ds = load_processed(ws / "data" / "processed", splits=("trn",))
+    calib = predictor_options(params, ds, {})["calibration_texts"]
     with torch.inference_mode():
         queries = predictor.query_vectors(calib)
     return vectors, np.ascontiguousarray(queries, dtype=np.float32), settings
@@ -93,7 +95,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"workspace": str(ws), "machine": describe_machine(measure=False),
                               "python": platform.python_version(), "faiss": faiss.__version__, "runs": {}}
     for run in [r for r in a.runs.split(",") if r]:
-        vectors, queries, settings = run_inputs(ws, run, 1000)
+        vectors, queries, settings = run_inputs(ws, run)
         print(f"{run}: {vectors.shape[0]:,} x {vectors.shape[1]} label vectors, {len(queries):,} calibration queries",
               flush=True)
         rows: dict[str, Any] = {}

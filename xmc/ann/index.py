@@ -362,14 +362,14 @@ class ANNIndex:
 
         width = first_reaching(doubling_ladder(nlist), measure, self.recall_target)
         recall = tried[width] if width in tried else measure(width)
+        found = {"vectors": int(len(rows)), "at_k": kk, "nprobe": int(width), "recall": round(recall, 4),
+                 "reached": bool(recall >= self.recall_target),
+                 "tried": {str(w): round(r, 4) for w, r in sorted(tried.items())},
+                 "exact_seconds_per_1000": round(1000 * exact_s / m, 3)}
         if width >= nlist:
             # every list is a scan of every vector plus the coarse search: never faster than brute force, so no
             # time to estimate (at 10^6 UniDEC's 512-d vectors, timing it cost about 40 s)
-            return {"vectors": int(len(rows)), "at_k": kk, "nprobe": int(width), "recall": round(recall, 4),
-                    "reached": bool(recall >= self.recall_target),
-                    "tried": {str(w): round(r, 4) for w, r in sorted(tried.items())},
-                    "seconds_per_1000": {}, "estimated_seconds_per_1000": None,
-                    "exact_seconds_per_1000": round(1000 * exact_s / m, 3), "skip": True}
+            return {**found, "seconds_per_1000": {}, "estimated_seconds_per_1000": None, "skip": True}
         # the time per query from PROBE_TIMING_QUERIES of them, the fastest of two runs with each sample
         qt = qq[:PROBE_TIMING_QUERIES]
         probe.nprobe = width
@@ -390,13 +390,9 @@ class ANNIndex:
         # time = intercept + slope x vectors held; noise can make the second sample look free, never negative
         per_sample_s = max(two_s - one_s, 0.0) if len(extra) else 0.0
         est_s = one_s + per_sample_s * (n - len(rows)) / max(len(extra), 1)
-        return {"vectors": int(len(rows)), "at_k": kk, "nprobe": int(width), "recall": round(recall, 4),
-                "reached": bool(recall >= self.recall_target),
-                "tried": {str(w): round(r, 4) for w, r in sorted(tried.items())},
-                "seconds_per_1000": {str(len(rows)): round(1000 * one_s / m, 3),
-                                     str(len(rows) + len(extra)): round(1000 * two_s / m, 3)},
-                "estimated_seconds_per_1000": round(1000 * est_s / m, 3),
-                "exact_seconds_per_1000": round(1000 * exact_s / m, 3), "skip": bool(est_s >= exact_s)}
+        return {**found, "seconds_per_1000": {str(len(rows)): round(1000 * one_s / m, 3),
+                                              str(len(rows) + len(extra)): round(1000 * two_s / m, 3)},
+                "estimated_seconds_per_1000": round(1000 * est_s / m, 3), "skip": bool(est_s >= exact_s)}
 
     def _stored(self, rows: np.ndarray) -> np.ndarray:
         """Rows as the index holds them: float32, with the norm-equalising coordinate when ``norm_max`` is set and
