@@ -95,6 +95,10 @@ def test_stage2_label_name_view(tmp_path):
     got = {(int(i), int(j)) for i, j in zip(*Y.nonzero())}
     assert (0, 0) in got and (1, 1) in got and (2, 2) in got and not any(i == 3 for i, _ in got)
     assert info["sparse_view"] == "label_names" and info["sparse_pairs"] == Y.nnz
+    unmatched = PseudoPairs(INSTANCES, LABELS, [], ids, sc, names_ids=np.full_like(nids, -1), names_scores=nsc)
+    with pytest.raises(ConfigError, match="no pseudo pairs from the view"):   # names view that matched nothing
+        stage2_pseudo_matrix(None, unmatched, {"dense_k": 0, "sparse": True, "sparse_view": "label_names",
+                                               "sparse_k": 2, "select": "union", "max_instances": 0})
     without = PseudoPairs(INSTANCES, LABELS, [], ids, sc)   # a dataset without a names view
     with pytest.raises(ConfigError, match="no label-name view"):
         stage2_pseudo_matrix(None, without, {"dense_k": 0, "sparse": True, "sparse_view": "label_names",
@@ -274,6 +278,14 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
     for cmd in (["stages.maclr_pseudo_pairs"], ["stages.train", "tiny"]):
         p = subprocess.run([sys.executable, "-m", *cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
+    # the pairs folder is a DVC output every MACLR run depends on: the same inputs give the same bytes (its timings
+    # are in maclr_pairs_timing.json), so rebuilding it does not retrain the runs
+    first = {f.name: f.read_bytes() for f in sorted((tmp_path / "data/maclr_pairs").iterdir())}
+    p = subprocess.run([sys.executable, "-m", "stages.maclr_pseudo_pairs"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert {f.name: f.read_bytes() for f in sorted((tmp_path / "data/maclr_pairs").iterdir())} == first
+    assert set(json.loads((tmp_path / "data/maclr_pairs_timing.json").read_text())) == {"ict", "tfidf", "label_names"}
     summary = json.loads((tmp_path / "models/tiny/train_summary.json").read_text())
     assert summary["stage1"]["steps"] == 6 and summary["stage2"]["steps"] == 2
     # the label-name view: "apple", "car", "river", "bank" are named in the instances (no label matrix read)
