@@ -243,7 +243,7 @@ def stage2_pseudo_matrix(encoder: TextEncoder | None, pairs: PseudoPairs, cfg: d
     info["select"] = select
     info["union_pairs" if select == "union" else "agreed_pairs"] = int(Y.nnz)
     if Y.nnz == 0:
-        # self-training on nothing would "train" zero steps and ship the Stage-I encoder as if Stage II had run
+        # Stage II has nothing to learn from: say which knob gives it pairs, before any training starts
         views = [v for v, on in (("dense", cfg["dense_k"] > 0), (cfg["sparse_view"], cfg["sparse"])) if on]
         raise ConfigError(f"maclr stage2: no pseudo pairs from the view(s) {views or 'none'} with select {select!r} "
                           "(on data whose label names rarely occur in the texts, set stage2.dense_k > 0 or "
