@@ -167,3 +167,16 @@ def test_every_package_carries_a_model_card_that_matches_its_manifest(packages):
         assert "| validation (? instances) | 50.0 | – | 30.0 | – | 20.0 |" in card, name
         assert "| test (? instances) | 49.0 |" in card and f"xmc predict {name} " in card
         xmc.load(str(path), verify=True)   # every file, the card included, matches its SHA-256
+
+
+def test_card_training_line_reads_one_stage_and_two_stage_summaries():
+    """A MACLR summary has a step count per stage and a machine but no device; the card must not show "?" for it."""
+    from xmc.package.card import encoder_card, training_budget
+
+    assert training_budget({"epochs": 6, "steps": 330, "train_seconds": 35.58, "device": "cpu"}) == \
+        "6 epochs, 330 steps, 35.58 s on cpu"
+    two_stage = {"stage1": {"steps": 24, "seconds": 98.9}, "stage2": {"steps": 180, "seconds": 519.2},
+                 "train_seconds": 618.06, "machine": {"cpu": "AMD EPYC", "cores": 2}}
+    assert training_budget(two_stage) == "Stage I 24 steps, Stage II 180 steps, 618.06 s on AMD EPYC (2 cores)"
+    card = encoder_card("maclr", "maclr", {}, two_stage, "semcor-wn30")
+    assert "Stage II 180 steps" in card and "?" not in card.split("\n")[2]

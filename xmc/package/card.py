@@ -11,7 +11,7 @@ CARD_METRICS = ("P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100", "unseen
 METHOD_NOTES = {
     "dexml": "a dual encoder trained with DecoupledSoftmax over many negatives (DEXML)",
     "maclr": "a dual encoder pre-trained without labelled pairs (MACLR: ICT pseudo pairs, multi-scale clustering, "
-             "label regularisation, TF-IDF + dense self-training)",
+             "label regularisation, self-training on pseudo pairs)",
     "maclr_fewshot": "a MACLR (or off-the-shelf) encoder fine-tuned on a few labels' pairs",
     "ramen": "a dual encoder regularised by graph metadata during training (RAMEN); no graph at inference",
     "unidec": "a dual encoder and per-label classifiers trained together (UniDEC)",
@@ -33,6 +33,23 @@ def _table(metrics: dict[str, Any]) -> list[str]:
         cells = [f"{m[k]:.1f}" if isinstance(m.get(k), int | float) else "–" for k in CARD_METRICS]
         lines.append(f"| {names[s]} ({m.get('n_test', '?')} instances) | " + " | ".join(cells) + " |")
     return lines
+
+
+def training_budget(summary: dict[str, Any]) -> str:
+    """The card's training line ("6 epochs, 330 steps, 35.58 s on cpu") from a training summary. MACLR trains in
+    two stages, each with its own step count, and records the machine but no device: the line reads those instead
+    of showing "?"."""
+    stages = [(label, summary[key]) for key, label in (("stage1", "Stage I"), ("stage2", "Stage II"))
+              if isinstance(summary.get(key), dict)]
+    if stages:
+        budget = ", ".join(f"{label} {st.get('steps', '?')} steps" for label, st in stages)
+    else:
+        budget = f"{summary.get('epochs', '?')} epochs, {summary.get('steps', '?')} steps"
+    device = summary.get("device")
+    if device is None:
+        machine = summary.get("machine") or {}
+        device = f"{machine['cpu']} ({machine.get('cores', '?')} cores)" if machine.get("cpu") else "?"
+    return f"{budget}, {summary.get('train_seconds', '?')} s on {device}"
 
 
 def model_card(manifest: dict[str, Any]) -> str:
@@ -74,8 +91,7 @@ def model_card(manifest: dict[str, Any]) -> str:
         "over test pairs whose label has no training instance.", "",
         "## Training", "",
         f"- run `{params.get('run', name)}`, method `{method}`; "
-        + (f"{tr.get('epochs', '?')} epochs, {tr.get('steps', '?')} steps, {tr.get('train_seconds', '?')} s on "
-           f"{tr.get('device', '?')}" if tr else "no training (a baseline or an off-the-shelf model)"),
+        + (training_budget(tr) if tr else "no training (a baseline or an off-the-shelf model)"),
         f"- code: xmc {manifest.get('code', {}).get('xmc', '?')}, git `{manifest.get('code', {}).get('git', '?')}`",
         "", "Settings (from params.yaml):", "", "```json", json.dumps(settings, indent=2, default=str)[:6000], "```", "",
         "## Limits", "",
@@ -94,8 +110,7 @@ def encoder_card(run: str, method: str, config: dict[str, Any], summary: dict[st
     lines = [
         f"# {run}: a sentence encoder trained by xmc", "",
         f"Trained by the xmc run `{run}` ({METHOD_NOTES.get(method, method)}) on `{dataset}`; "
-        f"{summary.get('epochs', '?')} epochs, {summary.get('steps', '?')} steps, {summary.get('train_seconds', '?')} s "
-        f"on {summary.get('device', '?')}." + (f" Validation at the end of training: {val}." if val else ""), "",
+        f"{training_budget(summary)}." + (f" Validation at the end of training: {val}." if val else ""), "",
         "It loads as a sentence-transformers model (`SentenceTransformer(path)`: mean-pooled, L2-normalised "
         "embeddings). Ranking labels needs the label index and the labels too: use the model package "
         f"`packages/{run}/` (its card has the test metrics) with `xmc.load`, `xmc predict` or `xmc serve`.", "",
