@@ -35,6 +35,7 @@ def main() -> None:
     from xmc.data import load_processed
     from xmc.methods.base import SUMMARY, find_prediction
     from xmc.package import package_from_predictor
+    from xmc.package.card import training_record
 
     if len(sys.argv) != 2:
         raise ConfigError("usage: python -m stages.package <name>")
@@ -71,7 +72,7 @@ def main() -> None:
                  "source": source_info.get("source"),
                  "train_instances": int(ds.trn.Y.shape[0])},
         metrics={"val": _metrics(Path("metrics_val") / f"{name}.json"), "tst": _metrics(Path("metrics") / f"{name}.json")},
-        training={k: training[k] for k in ("train_seconds", "epochs", "steps", "device") if k in training})
+        training=training_record(training))
     log.info("packaged %s (%s, %d labels) -> packages/%s", name, manifest["predictor"]["kind"],
              manifest["labels"]["count"], name)
 

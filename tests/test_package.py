@@ -171,7 +171,7 @@ def test_every_package_carries_a_model_card_that_matches_its_manifest(packages):
 
 def test_card_training_line_reads_one_stage_and_two_stage_summaries():
     """A MACLR summary has a step count per stage and a machine but no device; the card must not show "?" for it."""
-    from xmc.package.card import encoder_card, training_budget
+    from xmc.package.card import encoder_card, training_budget, training_record
 
     assert training_budget({"epochs": 6, "steps": 330, "train_seconds": 35.58, "device": "cpu"}) == \
         "6 epochs, 330 steps, 35.58 s on cpu"
@@ -180,3 +180,5 @@ def test_card_training_line_reads_one_stage_and_two_stage_summaries():
     assert training_budget(two_stage) == "Stage I 24 steps, Stage II 180 steps, 618.06 s on AMD EPYC (2 cores)"
     card = encoder_card("maclr", "maclr", {}, two_stage, "semcor-wn30")
     assert "Stage II 180 steps" in card and "?" not in card.split("\n")[2]
+    # a package manifest keeps only what the line needs, and the line reads the same from it
+    assert training_budget(training_record({**two_stage, "pairs": {"names_pairs": 42005}})) == training_budget(two_stage)

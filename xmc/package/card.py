@@ -35,6 +35,19 @@ def _table(metrics: dict[str, Any]) -> list[str]:
     return lines
 
 
+def training_record(summary: dict[str, Any]) -> dict[str, Any]:
+    """What a package manifest keeps of a training summary: the fields ``training_budget`` reads (per-stage step
+    counts and the machine's name for two-stage MACLR), not the whole record."""
+    rec = {k: summary[k] for k in ("train_seconds", "epochs", "steps", "device") if k in summary}
+    for key in ("stage1", "stage2"):
+        if isinstance(summary.get(key), dict) and "steps" in summary[key]:
+            rec[key] = {"steps": summary[key]["steps"]}
+    machine = summary.get("machine") or {}
+    if machine.get("cpu"):
+        rec["machine"] = {k: machine[k] for k in ("cpu", "cores") if k in machine}
+    return rec
+
+
 def training_budget(summary: dict[str, Any]) -> str:
     """The card's training line ("6 epochs, 330 steps, 35.58 s on cpu") from a training summary. MACLR trains in
     two stages, each with its own step count, and records the machine but no device: the line reads those instead
