@@ -180,5 +180,6 @@ def test_card_training_line_reads_one_stage_and_two_stage_summaries():
     assert training_budget(two_stage) == "Stage I 24 steps, Stage II 180 steps, 618.06 s on AMD EPYC (2 cores)"
     card = encoder_card("maclr", "maclr", {}, two_stage, "semcor-wn30")
     assert "Stage II 180 steps" in card and "?" not in card.split("\n")[2]
+    assert training_budget({"train_seconds": 1279.78}) == "1279.78 s of training"   # the ensemble's sum
     # a package manifest keeps only what the line needs, and the line reads the same from it
     assert training_budget(training_record({**two_stage, "pairs": {"names_pairs": 42005}})) == training_budget(two_stage)

@@ -55,14 +55,16 @@ def training_budget(summary: dict[str, Any]) -> str:
     stages = [(label, summary[key]) for key, label in (("stage1", "Stage I"), ("stage2", "Stage II"))
               if isinstance(summary.get(key), dict)]
     if stages:
-        budget = ", ".join(f"{label} {st.get('steps', '?')} steps" for label, st in stages)
+        parts = [f"{label} {st.get('steps', '?')} steps" for label, st in stages]
     else:
-        budget = f"{summary.get('epochs', '?')} epochs, {summary.get('steps', '?')} steps"
+        parts = [f"{summary[k]} {k}" for k in ("epochs", "steps") if k in summary]
+    parts.append(f"{summary.get('train_seconds', '?')} s")
     device = summary.get("device")
     if device is None:
         machine = summary.get("machine") or {}
-        device = f"{machine['cpu']} ({machine.get('cores', '?')} cores)" if machine.get("cpu") else "?"
-    return f"{budget}, {summary.get('train_seconds', '?')} s on {device}"
+        device = f"{machine['cpu']} ({machine.get('cores', '?')} cores)" if machine.get("cpu") else None
+    # an ensemble records only the sum of its members' seconds: say no more than that
+    return ", ".join(parts) + (f" on {device}" if device else " of training")
 
 
 def model_card(manifest: dict[str, Any]) -> str:
