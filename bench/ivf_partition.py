@@ -1,0 +1,139 @@
+"""Does an IVF partition keep what the task needs, on a kept scale workspace's trained bag-of-words vectors?
+
+The prediction index calibrates to recall@100 against exact search (``index.recall_target``). On the synthetic
+data's one-epoch vectors IVF reaches 0.9 only near every list, so the index falls back to a PQ scan of every
+label (docs/scale.md). This asks two further questions on the same vectors:
+
+* is what IVF misses only the exact top-100's tail, or also the relevant labels? Per ``nprobe``: recall@100
+  against exact search, the share of exact search's relevant hits (relevant labels in its top 100) that IVF
+  keeps, and P@1 / P@5 / R@100 on the validation queries against exact search's;
+* does a partition trained on the *queries* do better? The inverted lists' centroids are the spherical k-means of
+  training query vectors (labels assigned to their best centroid by inner product) instead of label vectors'.
+
+    python -m bench.ivf_partition --workspace bench/.scale/repo_100000 --run dexml_bow \
+        --out bench/ivf_partition_1e5.json
+
+The workspace's own code and params load its data and predictor (``indexes/<run>``). Validation queries only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _metrics(ids: np.ndarray, Y: Any) -> dict[str, float]:
+    """P@1, P@5 and R@100 (in %) over the rows of ``Y`` with at least one label."""
+    p1 = p5 = r100 = 0.0
+    n = 0
+    for r in range(len(ids)):
+        rel = set(Y.indices[Y.indptr[r]:Y.indptr[r + 1]].tolist())
+        if not rel:
+            continue
+        n += 1
+        row = ids[r].tolist()
+        p1 += row[0] in rel
+        p5 += len(rel & set(row[:5])) / 5
+        r100 += len(rel & set(row)) / len(rel)
+    return {"P@1": round(100 * p1 / n, 2), "P@5": round(100 * p5 / n, 2), "R@100": round(100 * r100 / n, 2)}
+
+
+def _hit_retention(ids: np.ndarray, exact: np.ndarray, Y: Any) -> float:
+    """Of the relevant labels in exact search's top 100 (all queries), the share also in ``ids``."""
+    kept = total = 0
+    for r in range(len(ids)):
+        rel = set(Y.indices[Y.indptr[r]:Y.indptr[r + 1]].tolist())
+        hits = rel & set(exact[r].tolist())
+        total += len(hits)
+        kept += len(hits & set(ids[r].tolist()))
+    return kept / max(total, 1)
+
+
+def _recall(ids: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.mean([len(set(a) & set(b)) / exact.shape[1] for a, b in zip(ids.tolist(), exact.tolist())]))
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workspace", default="bench/.scale/repo_100000")
+    ap.add_argument("--run", default="dexml_bow")
+    ap.add_argument("--nlist", type=int, default=0, help="inverted lists (default: 4·sqrt(labels), as ANNIndex)")
+    ap.add_argument("--nprobes", default="8,32,128,512")
+    ap.add_argument("--train-queries", type=int, default=100_000, help="training queries the query k-means sees")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    ws = Path(args.workspace).resolve()
+    sys.path.insert(0, str(ws))   # the workspace's code reads its own outputs
+    import faiss
+    import torch
+    import yaml
+
+    from xmc.data import load_processed
+    from xmc.package.predictors import DensePredictor
+
+    faiss.omp_set_num_threads(args.threads)
+    torch.set_num_threads(args.threads)
+    params = yaml.safe_load((ws / "params.yaml").read_text())
+    ds = load_processed(ws / params["data"]["processed_dir"], splits=("trn", "val"))
+    section = json.loads((ws / "indexes" / args.run / "predictor.json").read_text())
+    predictor = DensePredictor.load(ws / "indexes" / args.run, section, ds.label_texts)
+    V = np.ascontiguousarray(predictor.index.vectors(), dtype=np.float32)
+    d, L = V.shape[1], len(V)
+    nlist = args.nlist or int(4 * np.sqrt(L))
+    rng = np.random.default_rng(0)
+    sample = np.sort(rng.choice(len(ds.trn.texts), min(args.train_queries, len(ds.trn.texts)), replace=False))
+    with torch.inference_mode():
+        Qv = predictor.query_vectors(ds.val.texts)
+        Qtrn = predictor.query_vectors([ds.trn.texts[i] for i in sample])
+    Yv = ds.val.Y.tocsr()
+
+    flat = faiss.IndexFlatIP(d)
+    flat.add(V)
+    t0 = time.perf_counter()
+    _, exact = flat.search(Qv, 100)
+    exact_s = time.perf_counter() - t0
+    out: dict[str, Any] = {
+        "workspace": str(ws), "run": args.run, "labels": L, "dim": d, "nlist": nlist,
+        "validation_queries": len(Qv), "threads": args.threads,
+        "exact": {"s_per_1000": round(1000 * exact_s / len(Qv), 3), **_metrics(exact, Yv)}, "partitions": {}}
+    print(f"{args.run}: {L} labels, {len(Qv)} validation queries; exact {out['exact']}", flush=True)
+
+    def kmeans(X: np.ndarray) -> tuple[np.ndarray, float]:
+        t = time.perf_counter()
+        km = faiss.Kmeans(d, nlist, niter=10, spherical=True, seed=1, max_points_per_centroid=256)
+        km.train(np.ascontiguousarray(X))
+        return km.centroids, time.perf_counter() - t
+
+    for name, X in (("label_centroids", V), ("query_centroids", Qtrn)):
+        C, kmeans_s = kmeans(X)
+        quantizer = faiss.IndexFlatIP(d)
+        quantizer.add(C)
+        ivf = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        ivf.is_trained = True   # the centroids are given; each label goes to its best one by inner product
+        ivf.add(V)
+        rows = {}
+        for nprobe in (int(x) for x in args.nprobes.split(",")):
+            ivf.nprobe = nprobe
+            t = time.perf_counter()
+            _, ids = ivf.search(Qv, 100)
+            s = time.perf_counter() - t
+            rows[str(nprobe)] = {"s_per_1000": round(1000 * s / len(Qv), 3),
+                                 "recall_at_100_vs_exact": round(_recall(ids, exact), 4),
+                                 "relevant_hits_kept": round(_hit_retention(ids, exact, Yv), 4), **_metrics(ids, Yv)}
+            print(f"  {name} nprobe {nprobe}: {rows[str(nprobe)]}", flush=True)
+        out["partitions"][name] = {"kmeans_s": round(kmeans_s, 1), "kmeans_points": len(X), "nprobe": rows}
+    if args.out:
+        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
