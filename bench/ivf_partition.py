@@ -28,20 +28,13 @@ from typing import Any
 import numpy as np
 
 
-def _metrics(ids: np.ndarray, Y: Any) -> dict[str, float]:
-    """P@1, P@5 and R@100 (in %) over the rows of ``Y`` with at least one label."""
-    p1 = p5 = r100 = 0.0
-    n = 0
-    for r in range(len(ids)):
-        rel = set(Y.indices[Y.indptr[r]:Y.indptr[r + 1]].tolist())
-        if not rel:
-            continue
-        n += 1
-        row = ids[r].tolist()
-        p1 += row[0] in rel
-        p5 += len(rel & set(row[:5])) / 5
-        r100 += len(rel & set(row)) / len(rel)
-    return {"P@1": round(100 * p1 / n, 2), "P@5": round(100 * p5 / n, 2), "R@100": round(100 * r100 / n, 2)}
+def _metrics(ids: np.ndarray, scores: np.ndarray, Y: Any, train_freq: np.ndarray, n_train: int) -> dict[str, float]:
+    """P@1, P@5 and R@100 (in %) as the pipeline's evaluation computes them."""
+    from xmc.metrics import evaluate_topk
+    from xmc.predictions import TopK
+
+    m = evaluate_topk(TopK(ids.astype(np.int32), scores.astype(np.float32)), Y, train_freq, n_train)
+    return {k: round(float(m["metrics"][k]), 2) for k in ("P@1", "P@5", "R@100")}
 
 
 def _hit_retention(ids: np.ndarray, exact: np.ndarray, Y: Any) -> float:
@@ -53,10 +46,6 @@ def _hit_retention(ids: np.ndarray, exact: np.ndarray, Y: Any) -> float:
         total += len(hits)
         kept += len(hits & set(ids[r].tolist()))
     return kept / max(total, 1)
-
-
-def _recall(ids: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.mean([len(set(a) & set(b)) / exact.shape[1] for a, b in zip(ids.tolist(), exact.tolist())]))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -76,6 +65,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     import yaml
 
+    from xmc.ann.index import recall_of
     from xmc.data import load_processed
     from xmc.package.predictors import DensePredictor
 
@@ -94,16 +84,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         Qv = predictor.query_vectors(ds.val.texts)
         Qtrn = predictor.query_vectors([ds.trn.texts[i] for i in sample])
     Yv = ds.val.Y.tocsr()
+    train_freq = np.asarray(ds.trn.Y.sum(axis=0)).ravel()
+    n_train = ds.trn.Y.shape[0]
 
     flat = faiss.IndexFlatIP(d)
     flat.add(V)
     t0 = time.perf_counter()
-    _, exact = flat.search(Qv, 100)
+    exact_scores, exact = flat.search(Qv, 100)
     exact_s = time.perf_counter() - t0
     out: dict[str, Any] = {
         "workspace": str(ws), "run": args.run, "labels": L, "dim": d, "nlist": nlist,
         "validation_queries": len(Qv), "threads": args.threads,
-        "exact": {"s_per_1000": round(1000 * exact_s / len(Qv), 3), **_metrics(exact, Yv)}, "partitions": {}}
+        "exact": {"s_per_1000": round(1000 * exact_s / len(Qv), 3),
+                  **_metrics(exact, exact_scores, Yv, train_freq, n_train)}, "partitions": {}}
     print(f"{args.run}: {L} labels, {len(Qv)} validation queries; exact {out['exact']}", flush=True)
 
     def kmeans(X: np.ndarray) -> tuple[np.ndarray, float]:
@@ -123,11 +116,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for nprobe in (int(x) for x in args.nprobes.split(",")):
             ivf.nprobe = nprobe
             t = time.perf_counter()
-            _, ids = ivf.search(Qv, 100)
+            scores, ids = ivf.search(Qv, 100)
             s = time.perf_counter() - t
             rows[str(nprobe)] = {"s_per_1000": round(1000 * s / len(Qv), 3),
-                                 "recall_at_100_vs_exact": round(_recall(ids, exact), 4),
-                                 "relevant_hits_kept": round(_hit_retention(ids, exact, Yv), 4), **_metrics(ids, Yv)}
+                                 "recall_at_100_vs_exact": round(recall_of(ids, exact), 4),
+                                 "relevant_hits_kept": round(_hit_retention(ids, exact, Yv), 4),
+                                 **_metrics(ids, scores, Yv, train_freq, n_train)}
             print(f"  {name} nprobe {nprobe}: {rows[str(nprobe)]}", flush=True)
         out["partitions"][name] = {"kmeans_s": round(kmeans_s, 1), "kmeans_points": len(X), "nprobe": rows}
     if args.out:
