@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     import yaml
 
-    from xmc.ann.index import recall_of
+    from xmc.ann.index import ANNIndex, recall_of
     from xmc.data import load_processed
     from xmc.package.predictors import DensePredictor
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     predictor = DensePredictor.load(ws / "indexes" / args.run, section, ds.label_texts)
     V = np.ascontiguousarray(predictor.index.vectors(), dtype=np.float32)
     d, L = V.shape[1], len(V)
-    nlist = args.nlist or int(4 * np.sqrt(L))
+    nlist = args.nlist or ANNIndex().nlist_for(L)   # the library's IVF sizing
     rng = np.random.default_rng(0)
     sample = np.sort(rng.choice(len(ds.trn.texts), min(args.train_queries, len(ds.trn.texts)), replace=False))
     with torch.inference_mode():
