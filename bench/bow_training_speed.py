@@ -15,7 +15,8 @@ For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one c
 * ``new_refresh_every_epoch`` (DEXML-BoW): the selection candidate ``dexml_bow_refresh1``, the shortlist re-mined at
   every epoch as the reference does (the default re-mines every 5 epochs, the DEXML code's interval).
 
-Each variant trains ``--epochs`` full epochs from the same initialisation; the figure is sentences per second of
+Each variant trains ``--epochs`` full epochs (``0``: as many as its run trains in ``make run``, each side by its own
+params) from the same initialisation; the figure is sentences per second of
 the training loop (ANN refreshes included, checkpoint writes excluded, as the trainer reports an epoch), plus the
 wall time, and the final loss (equal losses: the same computation).
 
@@ -139,7 +140,8 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
 
     spec = find_run(params, run)
     cfg = deep_merge(spec.config, overrides)
-    cfg["train"]["epochs"] = epochs
+    if epochs > 0:   # else the run's own length, as `make run` trains it
+        cfg["train"]["epochs"] = epochs
     cfg["train"]["eval_every_epochs"] = 0
     with tempfile.TemporaryDirectory() as tmp:
         ctx = RunContext(params, RunSpec(run, spec.method, cfg), Path(tmp) / "model", Path(tmp) / "work",
@@ -271,7 +273,9 @@ def main() -> None:
 
     set_offline_env()
     ap = argparse.ArgumentParser()
-    ap.add_argument("--epochs", type=int, default=3)   # ASTRA's hard negatives start at its third epoch
+    # 3: ASTRA's hard negatives start at its third epoch; 0: each run's own epoch count in its side's params (the
+    # whole run as `make run` trains it: DEXML-BoW 5, ASTRA 6 on both sides), every refresh of that run included
+    ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--processed", default="data/processed")
     ap.add_argument("--runs", default="astra,dexml_bow")
     ap.add_argument("--reference", default=REFERENCE, help="the commit whose library is the baseline")
@@ -305,7 +309,7 @@ def main() -> None:
                                        "gomp_spincount": {"new": _spin_setting(),
                                                           "reference": "libgomp default" if spin_set_here else
                                                           _spin_setting()}},
-                           "reference_commit": a.reference, "epochs": a.epochs, "runs": {}}
+                           "reference_commit": a.reference, "epochs": a.epochs or "each run's own", "runs": {}}
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here)
     new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)
     # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
