@@ -30,7 +30,13 @@ label at the matrix-product peak (exact: 2 N L d FLOPs; IVF
 mining: its k-means, assignment, coarse search and scanned lists; encoding the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
 
     python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
-                                       [--runs astra,dexml_bow] [--repeats 3] [--out bench/bow_training_speed.json]
+                                       [--runs astra,dexml_bow] [--repeats 3] [--validate]
+                                       [--out bench/bow_training_speed.json]
+
+``--validate``: the first pair's DEXML-BoW models (reference and ``new``) also rank the validation split (exact
+search), and the JSON gets both sides' P@1 / P@5 / PSP@5 / R@100 and the paired bootstrap of new − reference with
+the pipeline's evaluation settings (``runs.dexml_bow.validation``): the speed-up's "at equal validation metrics",
+measured in the same command. ASTRA's two sides do the same computation (equal final losses).
 
 The loop times of one run on this machine vary by 10-20 % between minutes, as much as the distance to a target, so
 the reference and ``new`` are measured ``--repeats`` times, alternately (each pair close in time), and the figure
@@ -128,8 +134,22 @@ def step_cost(method: str, model: Any, batch: Any, texts: list[str], label_texts
     return float(moved), float(flops)
 
 
+def rank_validation(model: Any, ds: Any, out: Path, k: int = 100) -> None:
+    """The trained dual encoder's top-``k`` labels of every validation sentence by exact inner product (as
+    ``predict@`` ranks at this label count), saved as ``indices`` / ``scores`` in ``out``; the parent scores both
+    sides with the current metrics code."""
+    import faiss
+
+    labels = np.ascontiguousarray(model.all_label_vectors(progress=False), dtype=np.float32)
+    queries = np.ascontiguousarray(model.query_vectors_np(ds.val.texts, progress=False), dtype=np.float32)
+    index = faiss.IndexFlatIP(labels.shape[1])
+    index.add(labels)
+    scores, indices = index.search(queries, k)
+    np.savez(out, indices=indices.astype(np.int32), scores=scores.astype(np.float32))
+
+
 def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[str, Any], ds: Any, epochs: int,
-                peaks: dict[str, float]) -> dict[str, Any]:
+                peaks: dict[str, float], val_topk: Path | None = None) -> dict[str, Any]:
     from xmc.config.schema import deep_merge
     from xmc.methods import get_method
     from xmc.methods.base import RunContext
@@ -163,6 +183,8 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
         t0 = time.perf_counter()
         result = trainer.fit()
         wall = time.perf_counter() - t0
+        if val_topk is not None and method in VALIDATED_RUNS:
+            rank_validation(parts.model, ds, val_topk)
     epochs_h = result["history"]["epochs"]
     loop = sum(e["seconds"] for e in epochs_h)
     n = sum(e["steps"] for e in epochs_h) * trainer.cfg.batch_size
@@ -217,12 +239,15 @@ VARIANTS = {
     "dexml_bow": {"new": {}, "new_torch_row_adam": TORCH_ROW_ADAM, "new_ivf_mining": IVF_MINING,
                   "new_refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}},
 }
+# dual encoders ranked by their label vectors, whose validation figures --validate compares (ASTRA's reference and
+# current library do the same computation: equal final losses)
+VALIDATED_RUNS = ("dexml_bow",)
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str, epochs: int,
-            peaks: dict[str, float]) -> dict[str, dict[str, Any]]:
+            peaks: dict[str, float], val_dir: Path | None = None) -> dict[str, dict[str, Any]]:
     """{run: {variant: figures}} with the library this process imports (and the params of its working directory)."""
     from xmc.config import load_params
     from xmc.data import load_processed
@@ -232,13 +257,16 @@ def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
         for variant, overrides in variants.get(run, {"": {}}).items():
-            out.setdefault(run, {})[variant] = fig = run_variant(run, run, overrides, params, ds, epochs, peaks)
+            val_topk = val_dir / f"{run}_{variant or 'reference'}.npz" if val_dir and variant in ("", "new") else None
+            out.setdefault(run, {})[variant] = fig = run_variant(run, run, overrides, params, ds, epochs, peaks,
+                                                                 val_topk)
             print(run, variant or "reference", fig, flush=True)
     return out
 
 
 def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
-                      peaks: dict[str, float], default_spin: bool = False) -> dict[str, dict[str, Any]]:
+                      peaks: dict[str, float], default_spin: bool = False,
+                      val_dir: Path | None = None) -> dict[str, dict[str, Any]]:
     """The same measurement of the library at ``commit``: a temporary worktree, this script run there as a worker
     (its directory first on the path, so ``import xmc`` is that commit's). ``default_spin``: the worker runs without
     the ``GOMP_SPINCOUNT`` this process set, at libgomp's default, as that commit did."""
@@ -252,12 +280,47 @@ def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
                 env.pop("GOMP_SPINCOUNT", None)
             p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--runs", ",".join(runs),
                                 "--epochs", str(epochs), "--processed", str(Path(processed).resolve()),
-                                "--peaks", json.dumps(peaks)], cwd=tree, env=env, capture_output=True, text=True)
+                                "--peaks", json.dumps(peaks), *(["--val-dir", str(val_dir)] if val_dir else [])],
+                               cwd=tree, env=env, capture_output=True, text=True)
             if p.returncode != 0:
                 raise SystemExit(f"the reference run at {commit} failed:\n{p.stderr[-3000:]}")
             return json.loads(p.stdout.strip().splitlines()[-1])
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
+
+
+def compare_validation(runs: list[str], processed: str, val_dir: Path) -> dict[str, dict[str, Any]]:
+    """Validation P@1 / P@5 / PSP@5 / R@100 of each side's model (``rank_validation``) and the paired bootstrap of
+    new − reference on the same sentences, with the pipeline's evaluation settings."""
+    from xmc.config import load_params
+    from xmc.data import load_processed
+    from xmc.metrics.bootstrap import instance_contributions, paired_bootstrap
+    from xmc.predictions import TopK
+
+    params = load_params()
+    ev, boot = params["evaluate"], params["evaluate"]["bootstrap"]
+    ds = load_processed(processed, splits=("trn", "val"))
+    freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+    out: dict[str, dict[str, Any]] = {}
+    for run in runs:
+        sides = {side: val_dir / f"{run}_{side}.npz" for side in ("reference", "new")}
+        if not all(f.exists() for f in sides.values()):
+            continue
+        contrib = {}
+        for side, f in sides.items():
+            z = np.load(f)
+            contrib[side] = instance_contributions(TopK(z["indices"], z["scores"]), ds.val.Y, freq, ds.trn.Y.shape[0],
+                                                   tuple(ev["ks"]), tuple(ev["recall_ks"]),
+                                                   float(ev["propensity_a"]), float(ev["propensity_b"]))
+        metrics = ("P@1", "P@5", "PSP@5", "R@100")
+        out[run] = {side: {m: round(float(c.values()[m]), 2) for m in metrics} for side, c in contrib.items()}
+        out[run]["n_sentences"] = int(ds.val.Y.shape[0])
+        out[run]["new_minus_reference"] = {
+            m: {k: v for k, v in paired_bootstrap(contrib["new"], contrib["reference"], m, int(boot["n_resamples"]),
+                                                   int(boot["seed"]), float(boot["level"])).items()
+                if k in ("diff", "ci95", "p_value")} for m in metrics}
+        print(run, "validation", out[run], flush=True)
+    return out
 
 
 def _spin_setting() -> str:
@@ -282,6 +345,10 @@ def main() -> None:
     ap.add_argument("--out", default="bench/bow_training_speed.json")
     ap.add_argument("--repeats", type=int, default=3,
                     help="reference/new pairs measured alternately; the median ratio is reported")
+    ap.add_argument("--validate", action="store_true",
+                    help="the first pair's DEXML-BoW models also rank the validation split; paired bootstrap of the "
+                         "two sides (the current metrics code for both)")
+    ap.add_argument("--val-dir", default="", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peaks", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -294,7 +361,7 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
     runs = a.runs.split(",")
     if a.worker:   # inside the reference worktree: one line of JSON on stdout
-        res = measure(runs, {}, a.processed, a.epochs, json.loads(a.peaks))
+        res = measure(runs, {}, a.processed, a.epochs, json.loads(a.peaks), Path(a.val_dir) if a.val_dir else None)
         print(json.dumps({r: v[""] for r, v in res.items()}))
         return
     peaks = machine_peaks()
@@ -310,8 +377,11 @@ def main() -> None:
                                                           "reference": "libgomp default" if spin_set_here else
                                                           _spin_setting()}},
                            "reference_commit": a.reference, "epochs": a.epochs or "each run's own", "runs": {}}
-    reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here)
-    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks)
+    val_tmp = tempfile.TemporaryDirectory() if a.validate else None
+    val_dir = Path(val_tmp.name) if val_tmp else None
+    reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir)
+    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks, val_dir)
+    validation = compare_validation(runs, a.processed, val_dir) if val_dir else {}
     # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
     # the median of the pairs' ratios is the figure, their range its spread
     pairs = {run: [(reference[run], new[run]["new"])] for run in runs}
@@ -334,6 +404,8 @@ def main() -> None:
         res["speedup_new_over_reference_median"] = round(float(np.median(ratios)), 2)
         res["speedup_new_over_reference_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
         res["settings"] = VARIANTS[run]   # what each variant changes on the shipped run
+        if run in validation:
+            res["validation"] = validation[run]
         out["runs"][run] = res
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({r: {k: x for k, x in v.items() if k.startswith("speedup")} for r, v in out["runs"].items()}))
