@@ -13,6 +13,10 @@ label (docs/scale.md). This asks two further questions on the same vectors:
     python -m bench.ivf_partition --workspace bench/.scale/repo_100000 --run dexml_bow \
         --out bench/ivf_partition_1e5.json
 
+Any workspace with a dense predictor works, the run of record too: ``--workspace <it> --run dexml_bow`` (the
+bag-of-words vectors of real text, ``bench/ivf_partition_semcor.json``) or ``--run dexml`` (MiniLM's,
+``bench/ivf_partition_semcor_dexml.json``).
+
 The workspace's own code and params load its data and predictor (``indexes/<run>``). Validation queries only.
 """
 
