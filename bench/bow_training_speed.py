@@ -137,7 +137,8 @@ def step_cost(method: str, model: Any, batch: Any, texts: list[str], label_texts
 def rank_validation(model: Any, ds: Any, out: Path, k: int = 100) -> None:
     """The trained dual encoder's top-``k`` labels of every validation sentence by exact inner product (as
     ``predict@`` ranks at this label count), saved as ``indices`` / ``scores`` in ``out``; the parent scores both
-    sides with the current metrics code."""
+    sides with the current metrics code. faiss directly, not ``xmc.ann``: in the reference worker ``xmc`` is that
+    commit's library, so only what both sides share (the model's encode methods, faiss) is used here."""
     import faiss
 
     labels = np.ascontiguousarray(model.all_label_vectors(progress=False), dtype=np.float32)
@@ -382,6 +383,8 @@ def main() -> None:
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir)
     new = measure(runs, VARIANTS, a.processed, a.epochs, peaks, val_dir)
     validation = compare_validation(runs, a.processed, val_dir) if val_dir else {}
+    if val_tmp:
+        val_tmp.cleanup()
     # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
     # the median of the pairs' ratios is the figure, their range its spread
     pairs = {run: [(reference[run], new[run]["new"])] for run in runs}
