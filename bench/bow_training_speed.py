@@ -12,8 +12,8 @@ For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one c
   per batch, a validation tie on P@5: docs/selection.md);
 * ``new_ivf_mining``: the selection candidates ``astra_ivf_mining_kmeans3`` / ``dexml_bow_ivf_mining_kmeans3`` (hard
   negatives from an IVF index whose centroids get 3 k-means iterations, rebuilt at each refresh);
-* ``new_refresh_every_epoch`` (DEXML-BoW): the selection candidate ``dexml_bow_refresh1``, the shortlist re-mined at
-  every epoch as the reference does (the default re-mines every 5 epochs, the DEXML code's interval).
+* ``new_refresh_every_5_epochs`` (DEXML-BoW): the selection candidate ``dexml_bow_refresh5``, the shortlist re-mined
+  every 5 epochs (the DEXML code's interval; the default, like the reference, re-mines at every epoch).
 
 Each variant trains ``--epochs`` full epochs (``0``: as many as its run trains in ``make run``, each side by its own
 params) from the same initialisation; the figure is sentences per second of
@@ -30,13 +30,19 @@ label at the matrix-product peak (exact: 2 N L d FLOPs; IVF
 mining: its k-means, assignment, coarse search and scanned lists; encoding the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
 
     python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
-                                       [--runs astra,dexml_bow] [--repeats 3] [--validate]
+                                       [--runs astra,dexml_bow] [--repeats 3] [--validate] [--seeds]
                                        [--out bench/bow_training_speed.json]
 
 ``--validate``: the first pair's DEXML-BoW models (reference and ``new``) also rank the validation split (exact
 search), and the JSON gets both sides' P@1 / P@5 / PSP@5 / R@100 and the paired bootstrap of new − reference with
 the pipeline's evaluation settings (``runs.dexml_bow.validation``): the speed-up's "at equal validation metrics",
 measured in the same command. ASTRA's two sides do the same computation (equal final losses).
+
+``--seeds`` (with ``--validate``): pair i trains both sides from seed i (the encoder's initialisation and the batch
+order, as the ``*_seed1`` runs differ), every pair ranks the validation split, and ``validation_over_seeds`` gives
+each side's mean and sd over the seeds and new − reference as a mean with a t-interval and the paired t-test's p:
+a difference that one trained pair's sentence bootstrap calls significant can still be within what retraining
+from another seed moves.
 
 The loop times of one run on this machine vary by 10-20 % between minutes, as much as the distance to a target, so
 the reference and ``new`` are measured ``--repeats`` times, alternately (each pair close in time), and the figure
@@ -150,7 +156,7 @@ def rank_validation(model: Any, ds: Any, out: Path, k: int = 100) -> None:
 
 
 def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[str, Any], ds: Any, epochs: int,
-                peaks: dict[str, float], val_topk: Path | None = None) -> dict[str, Any]:
+                peaks: dict[str, float], val_topk: Path | None = None, seed: int | None = None) -> dict[str, Any]:
     from xmc.config.schema import deep_merge
     from xmc.methods import get_method
     from xmc.methods.base import RunContext
@@ -164,6 +170,10 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     if epochs > 0:   # else the run's own length, as `make run` trains it
         cfg["train"]["epochs"] = epochs
     cfg["train"]["eval_every_epochs"] = 0
+    if seed is not None:   # another training draw: the encoder's initialisation and the batch order, as seed runs do
+        cfg["train"]["seed"] = seed
+        if "seed" in cfg.get("encoder", {}):
+            cfg["encoder"]["seed"] = seed
     with tempfile.TemporaryDirectory() as tmp:
         ctx = RunContext(params, RunSpec(run, spec.method, cfg), Path(tmp) / "model", Path(tmp) / "work",
                          Path(tmp) / "plots")
@@ -215,7 +225,7 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     refresh_roof = refresh_flops_all / (peaks["matmul_GFLOPs"] * 1e9)
     roof = steps_roof + refresh_roof
     per_epoch = min(trainer.steps_per_epoch * trainer.cfg.batch_size, len(ds.trn))
-    return {"epochs": len(epochs_h), "loop_seconds": round(loop, 2), "wall_seconds": round(wall, 2),
+    return {"seed": int(cfg["train"]["seed"]), "epochs": len(epochs_h), "loop_seconds": round(loop, 2), "wall_seconds": round(wall, 2),
             "sentences_per_s": round(n / loop, 1),
             # the first epoch also hashes every text once (the encoder caches the ids), later ones add refreshes
             "epoch_sentences_per_s": [round(per_epoch / e["seconds"], 1) for e in epochs_h],
@@ -235,10 +245,10 @@ VARIANTS = {
               # the selection candidate astra_shared_uniform (a validation tie on P@5 with the per-query draw)
               "new_shared_uniform": {"negatives": {"uniform_shared": True, "uniform_negatives": 2000}},
               "new_ivf_mining": IVF_MINING},
-    # the selection candidate dexml_bow_refresh1: the shortlist re-mined every epoch (the default before round 5 of
-    # docs/selection.md; the reference's setting), to separate what the code gained from what the interval gained
+    # the selection candidate dexml_bow_refresh5: the shortlist re-mined every 5 epochs (the default between rounds 5
+    # and 9 of docs/selection.md), to separate what the code gained from what the interval gains
     "dexml_bow": {"new": {}, "new_torch_row_adam": TORCH_ROW_ADAM, "new_ivf_mining": IVF_MINING,
-                  "new_refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}},
+                  "new_refresh_every_5_epochs": {"negatives": {"refresh_every_epochs": 5}}},
 }
 # dual encoders ranked by their label vectors, whose validation figures --validate compares (ASTRA's reference and
 # current library do the same computation: equal final losses)
@@ -248,7 +258,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str, epochs: int,
-            peaks: dict[str, float], val_dir: Path | None = None) -> dict[str, dict[str, Any]]:
+            peaks: dict[str, float], val_dir: Path | None = None, seed: int | None = None) -> dict[str, dict[str, Any]]:
     """{run: {variant: figures}} with the library this process imports (and the params of its working directory)."""
     from xmc.config import load_params
     from xmc.data import load_processed
@@ -260,14 +270,14 @@ def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str
         for variant, overrides in variants.get(run, {"": {}}).items():
             val_topk = val_dir / f"{run}_{variant or 'reference'}.npz" if val_dir and variant in ("", "new") else None
             out.setdefault(run, {})[variant] = fig = run_variant(run, run, overrides, params, ds, epochs, peaks,
-                                                                 val_topk)
+                                                                 val_topk, seed)
             print(run, variant or "reference", fig, flush=True)
     return out
 
 
 def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
                       peaks: dict[str, float], default_spin: bool = False,
-                      val_dir: Path | None = None) -> dict[str, dict[str, Any]]:
+                      val_dir: Path | None = None, seed: int | None = None) -> dict[str, dict[str, Any]]:
     """The same measurement of the library at ``commit``: a temporary worktree, this script run there as a worker
     (its directory first on the path, so ``import xmc`` is that commit's). ``default_spin``: the worker runs without
     the ``GOMP_SPINCOUNT`` this process set, at libgomp's default, as that commit did."""
@@ -281,7 +291,8 @@ def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
                 env.pop("GOMP_SPINCOUNT", None)
             p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--runs", ",".join(runs),
                                 "--epochs", str(epochs), "--processed", str(Path(processed).resolve()),
-                                "--peaks", json.dumps(peaks), *(["--val-dir", str(val_dir)] if val_dir else [])],
+                                "--peaks", json.dumps(peaks), *(["--val-dir", str(val_dir)] if val_dir else []),
+                                *(["--seed", str(seed)] if seed is not None else [])],
                                cwd=tree, env=env, capture_output=True, text=True)
             if p.returncode != 0:
                 raise SystemExit(f"the reference run at {commit} failed:\n{p.stderr[-3000:]}")
@@ -324,6 +335,20 @@ def compare_validation(runs: list[str], processed: str, val_dir: Path) -> dict[s
     return out
 
 
+def seed_summary(per_seed: list[dict[str, Any]], level: float = 0.95) -> dict[str, Any]:
+    """Across training seeds (one reference/new pair per seed, each ranked on the same validation sentences): new −
+    reference per metric as the mean of the per-seed differences, with a t-interval and the paired t-test's p
+    (:func:`xmc.metrics.bootstrap.paired_over_seeds`; ``a`` is new, ``b`` the reference). The per-seed bootstrap
+    resamples sentences for one trained pair; this asks whether the change moves the metric beyond what
+    retraining from another seed moves it."""
+    from xmc.metrics.bootstrap import paired_over_seeds
+
+    out: dict[str, Any] = {"seeds": [v["seed"] for v in per_seed]}
+    for m in ("P@1", "P@5", "PSP@5", "R@100"):
+        out[m] = paired_over_seeds([v["new"][m] for v in per_seed], [v["reference"][m] for v in per_seed], level)
+    return out
+
+
 def _spin_setting() -> str:
     """This process's OpenMP idle-wait setting, as libgomp read it from the environment."""
     for var in ("GOMP_SPINCOUNT", "OMP_WAIT_POLICY"):
@@ -349,6 +374,10 @@ def main() -> None:
     ap.add_argument("--validate", action="store_true",
                     help="the first pair's DEXML-BoW models also rank the validation split; paired bootstrap of the "
                          "two sides (the current metrics code for both)")
+    ap.add_argument("--seeds", action="store_true",
+                    help="pair i trains both sides from seed i (encoder initialisation and batch order); with --validate "
+                         "every pair ranks the validation split, and the JSON compares the sides across seeds")
+    ap.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--val-dir", default="", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--peaks", default="", help=argparse.SUPPRESS)
@@ -362,7 +391,8 @@ def main() -> None:
     torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
     runs = a.runs.split(",")
     if a.worker:   # inside the reference worktree: one line of JSON on stdout
-        res = measure(runs, {}, a.processed, a.epochs, json.loads(a.peaks), Path(a.val_dir) if a.val_dir else None)
+        res = measure(runs, {}, a.processed, a.epochs, json.loads(a.peaks), Path(a.val_dir) if a.val_dir else None,
+                      a.seed)
         print(json.dumps({r: v[""] for r, v in res.items()}))
         return
     peaks = machine_peaks()
@@ -377,38 +407,60 @@ def main() -> None:
                                        "gomp_spincount": {"new": _spin_setting(),
                                                           "reference": "libgomp default" if spin_set_here else
                                                           _spin_setting()}},
-                           "reference_commit": a.reference, "epochs": a.epochs or "each run's own", "runs": {}}
+                           "reference_commit": a.reference, "epochs": a.epochs or "each run's own",
+                           "seed_per_pair": a.seeds, "runs": {}}
     val_tmp = tempfile.TemporaryDirectory() if a.validate else None
-    val_dir = Path(val_tmp.name) if val_tmp else None
-    reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir)
-    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks, val_dir)
-    validation = compare_validation(runs, a.processed, val_dir) if val_dir else {}
-    if val_tmp:
-        val_tmp.cleanup()
+
+    def pair_seed(i: int) -> int | None:
+        return i if a.seeds else None
+
+    def pair_val_dir(i: int) -> Path | None:   # every pair validates under --seeds, else the first
+        if val_tmp is None or (i > 0 and not a.seeds):
+            return None
+        d = Path(val_tmp.name) / f"pair{i}"
+        d.mkdir()
+        return d
+
+    val_dir = pair_val_dir(0)
+    reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir, pair_seed(0))
+    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks, val_dir, pair_seed(0))
+    validations = [compare_validation(runs, a.processed, val_dir)] if val_dir else []
     # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
     # the median of the pairs' ratios is the figure, their range its spread
     pairs = {run: [(reference[run], new[run]["new"])] for run in runs}
     for i in range(1, a.repeats):
         print(f"repeat {i + 1} of {a.repeats}", flush=True)
-        ref_i = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here)
-        new_i = measure(runs, {run: {"new": VARIANTS[run]["new"]} for run in runs}, a.processed, a.epochs, peaks)
+        val_dir = pair_val_dir(i)
+        ref_i = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir,
+                                  pair_seed(i))
+        new_i = measure(runs, {run: {"new": VARIANTS[run]["new"]} for run in runs}, a.processed, a.epochs, peaks,
+                        val_dir, pair_seed(i))
+        if val_dir:
+            validations.append(compare_validation(runs, a.processed, val_dir))
         for run in runs:
             pairs[run].append((ref_i[run], new_i[run]["new"]))
+    if val_tmp:
+        val_tmp.cleanup()
     for run in runs:
         res = {"reference": reference[run], **new[run]}
         for variant in new[run]:
             res[f"speedup_{variant}_over_reference"] = round(res[variant]["sentences_per_s"]
                                                              / res["reference"]["sentences_per_s"], 2)
         ratios = [n["sentences_per_s"] / r["sentences_per_s"] for r, n in pairs[run]]
-        res["repeats"] = [{"reference_loop_seconds": r["loop_seconds"], "new_loop_seconds": n["loop_seconds"],
+        res["repeats"] = [{"seed": n.get("seed"), "reference_loop_seconds": r["loop_seconds"], "new_loop_seconds": n["loop_seconds"],
                            "reference_sentences_per_s": r["sentences_per_s"],
                            "new_sentences_per_s": n["sentences_per_s"], "speedup": round(x, 2)}
                           for (r, n), x in zip(pairs[run], ratios)]
         res["speedup_new_over_reference_median"] = round(float(np.median(ratios)), 2)
         res["speedup_new_over_reference_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
         res["settings"] = VARIANTS[run]   # what each variant changes on the shipped run
-        if run in validation:
-            res["validation"] = validation[run]
+        per_pair = [{"seed": n.get("seed"), **v[run]} for v, (_, n) in zip(validations, pairs[run]) if run in v]
+        if per_pair:
+            res["validation"] = per_pair[0]
+        if a.seeds and len(per_pair) > 1:
+            res["validation_by_seed"] = per_pair
+            res["validation_over_seeds"] = summary = seed_summary(per_pair)
+            print(run, "validation over seeds", summary, flush=True)
         out["runs"][run] = res
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps({r: {k: x for k, x in v.items() if k.startswith("speedup")} for r, v in out["runs"].items()}))

@@ -1,7 +1,8 @@
 """Selection report: which setting each choice of params ``selection`` keeps, decided on validation only.
 
 Usage: ``python -m stages.selection``. Reads metrics_val/<run>.json and evaluation/val/<run>.npz of the
-candidate runs and data/processed/val_Y.npz (never a test-split file) and writes reports/selection.{json,md,html}. A candidate
+candidate runs, the seed studies some choices name (``bench/seed_study_*.json``, validation split) and
+data/processed/val_Y.npz (never a test-split file) and writes reports/selection.{json,md,html}. A candidate
 not evaluated on validation yet leaves its choice incomplete instead of failing the stage.
 """
 
@@ -27,7 +28,10 @@ def main() -> None:
     val_metrics = {r: read_json(f) for r, f in metric_files.items() if f.exists()}
     contrib_files = {r: contrib_path(r, "val") for r in runs}
     val_contrib = {r: InstanceContributions.load(f) for r, f in contrib_files.items() if f.exists()}
-    report = select_all(selection, val_metrics, val_contrib, **boot)
+    # choices decided over training seeds read their study (a bench JSON of the validation split)
+    study_files = {str(c["seed_study"]["file"]) for c in selection["choices"].values() if c.get("seed_study")}
+    seed_studies = {f: read_json(Path(f)) for f in study_files if Path(f).exists()}
+    report = select_all(selection, val_metrics, val_contrib, **boot, seed_studies=seed_studies)
 
     # MACLR is zero-shot on training data but its settings are chosen with validation labels: say how many
     val_Y = Path(params["data"]["processed_dir"]) / "val_Y.npz"

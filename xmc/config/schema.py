@@ -639,14 +639,22 @@ class ReportConfig(Section):
     training_families: dict[str, list[str]] = {}  # figure title -> runs whose training curves share a figure
 
 
+class SeedStudy(Section):
+    """A choice decided over training seeds: ``file`` is a validation-split JSON of ``bench.seed_study`` and
+    ``sides`` maps each candidate value to its side there (``default``: the run as params had it then)."""
+    file: str
+    sides: Annotated[dict[str, str], Field(min_length=2)]
+
+
 class SelectionChoice(Section):
-    OPTIONAL = frozenset({"note"})
+    OPTIONAL = frozenset({"note", "seed_study"})
     method: str
     knob: str
     reference: str
     default: str
     candidates: Annotated[dict[str, str], Field(min_length=2)]
     note: str | None = None
+    seed_study: SeedStudy | None = None
 
     @model_validator(mode="after")
     def _values(self) -> SelectionChoice:
@@ -654,6 +662,12 @@ class SelectionChoice(Section):
             v = getattr(self, what)
             if v not in self.candidates:
                 raise ValueError(f"{what} {v!r} is not one of the candidates {sorted(self.candidates)}")
+        if self.seed_study is not None:
+            unknown = sorted(set(self.seed_study.sides) - set(self.candidates))
+            if unknown:
+                raise ValueError(f"seed_study.sides {unknown} are not candidates {sorted(self.candidates)}")
+            if self.reference not in self.seed_study.sides:
+                raise ValueError(f"seed_study.sides must include the reference {self.reference!r}")
         return self
 
 

@@ -11,7 +11,7 @@ differences testable.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -245,3 +245,27 @@ def verdict(p_value: float, diff: float, alpha: float = 0.05) -> str:
     if p_value >= alpha or diff == 0:
         return "tie"
     return "A better" if diff > 0 else "B better"
+
+
+def paired_over_seeds(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> dict[str, Any]:
+    """Difference a - b of one metric over training seeds: ``a[i]`` and ``b[i]`` are two settings' figures on the
+    same evaluation instances, both trained from seed i. The mean of the per-seed differences, its t-interval and
+    the paired t-test's two-sided p. Unlike :func:`paired_bootstrap`, which holds one trained model per side fixed,
+    this includes what retraining from another seed moves, so a difference smaller than the seed noise is a tie
+    here and a small but consistent one is not."""
+    from scipy import stats
+
+    x, y = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if x.shape != y.shape or x.ndim != 1:
+        raise ValueError(f"paired over seeds needs one figure per seed on both sides: {x.shape} against {y.shape}")
+    n = len(x)
+    if n < 2:
+        raise ValueError(f"paired over seeds needs at least 2 seeds, got {n}")
+    d = x - y
+    sd = float(d.std(ddof=1))
+    half = float(stats.t.ppf(0.5 + level / 2, n - 1)) * sd / float(np.sqrt(n))
+    p = float(stats.ttest_rel(x, y).pvalue) if sd > 0 else (1.0 if d.mean() == 0 else 0.0)
+    return {"a_mean": round(float(x.mean()), 4), "b_mean": round(float(y.mean()), 4),
+            "a_sd": round(float(x.std(ddof=1)), 4), "b_sd": round(float(y.std(ddof=1)), 4),
+            "diff": round(float(d.mean()), 4), "ci95": [round(float(d.mean()) - half, 2), round(float(d.mean()) + half, 2)],
+            "p_value": p, "n_seeds": n, "a_at_least_b": int((d >= 0).sum()), "level": float(level)}

@@ -12,11 +12,12 @@ import html
 from typing import Any
 
 from xmc.errors import ConfigError
-from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap
+from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap, paired_over_seeds
 
 SHOWN_METRICS = ["P@1", "P@5", "PSP@5", "R@100"]
 RULE = ("the reference (the paper's setting) is kept unless another candidate beats it on the primary metric "
-        "with a paired bootstrap p-value below alpha")
+        "with a paired bootstrap p-value below alpha; a choice with a seed study (several training seeds per "
+        "candidate) is decided by the paired t-test over the seeds instead")
 
 
 def _shown(metric: str) -> list[str]:
@@ -32,11 +33,14 @@ def select(
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    seed_study: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Decide one choice from validation metrics and contributions (keyed by run name).
 
     A candidate whose run has no validation metrics is "not run" and the choice is incomplete
-    (``chosen`` None); so is a choice whose best or reference run lacks contributions.
+    (``chosen`` None); so is a choice whose best or reference run lacks contributions. A choice with
+    ``seed_study`` in params is decided from that study (``seed_study``: its JSON, None if not written yet:
+    incomplete) by :func:`decide_over_seeds`; the candidate runs' own validation figures are still shown.
     """
     cands: dict[str, str] = {str(k): str(v) for k, v in (choice.get("candidates") or {}).items()}
     ref, default = str(choice.get("reference")), str(choice.get("default"))
@@ -55,6 +59,8 @@ def select(
                            "reference": ref, "default": default, "note": choice.get("note"), "candidates": rows,
                            "complete": False, "best": None, "best_run": None, "chosen": None, "chosen_run": None,
                            "default_is_chosen": False, "diff": None, "ci95": None, "p_value": None}
+    if choice.get("seed_study"):
+        return decide_over_seeds(out, choice, seed_study, metric, alpha, level)
     not_run = [f"{r['value']} ({r['run']})" for r in rows if r["status"] != "ok"]
     no_metric = [f"{r['value']} ({r['run']})" for r in rows if r["status"] == "ok" and r["metrics"].get(metric) is None]
     if not_run or no_metric:
@@ -88,6 +94,57 @@ def select(
     return out
 
 
+def decide_over_seeds(out: dict[str, Any], choice: dict[str, Any], study: dict[str, Any] | None, metric: str,
+                      alpha: float, level: float = 0.95) -> dict[str, Any]:
+    """The rule over training seeds: the candidate with the best mean ``metric`` over the study's seeds replaces the
+    reference only if the paired t-test of their per-seed figures gives p < alpha. ``out`` is :func:`select`'s
+    partial result; the study must be of the validation split."""
+    spec = choice["seed_study"]
+    sides: dict[str, str] = {str(k): str(v) for k, v in spec["sides"].items()}
+    ref = out["reference"]
+    if study is None:
+        out["reason"] = f"incomplete: seed study {spec['file']} not written yet (python -m bench.seed_study)"
+        return out
+    if study.get("split") != "val":
+        raise ConfigError(f"seed study {spec['file']}: split {study.get('split')!r}; choices are made on 'val' only")
+    per_seed = study.get("per_seed", {})
+    missing = [f"{v} ({side})" for v, side in sides.items() if side not in per_seed]
+    if missing:
+        raise ConfigError(f"seed study {spec['file']}: no side {', '.join(missing)} (it has {', '.join(per_seed)})")
+    figures = {v: [float(r[metric]) for r in per_seed[side]] for v, side in sides.items()}
+    seeds = {v: [int(r["seed"]) for r in per_seed[side]] for v, side in sides.items()}
+    if len({tuple(x) for x in seeds.values()}) != 1:
+        raise ConfigError(f"seed study {spec['file']}: the sides were not trained from the same seeds")
+    for row in out["candidates"]:
+        if row["value"] in figures:
+            row["seed_mean"] = round(sum(figures[row["value"]]) / len(figures[row["value"]]), 2)
+    order = {v: i for i, v in enumerate(sides)}
+    best = min(sides, key=lambda v: (-sum(figures[v]) / len(figures[v]), v != ref, order[v]))
+    n = len(seeds[ref])
+    out.update(best=best, best_run=_run_of(out, best), seed_study=spec["file"], n_seeds=n)
+    if best == ref:
+        out.update(complete=True, chosen=ref, chosen_run=_run_of(out, ref), default_is_chosen=out["default"] == ref,
+                   reason=f"{ref}: the reference has the best mean {metric} over {n} training seeds "
+                          f"({sum(figures[ref]) / n:.2f}); keep the reference")
+        return out
+    r = paired_over_seeds(figures[best], figures[ref], level)
+    significant = r["p_value"] < alpha and r["diff"] > 0
+    chosen = best if significant else ref
+    outcome = (f"p = {r['p_value']:.3f} < {alpha:g}: choose {best}" if significant
+               else f"p = {r['p_value']:.3f}: tie, keep the reference")
+    out.update(complete=True, chosen=chosen, chosen_run=_run_of(out, chosen), default_is_chosen=out["default"] == chosen,
+               diff=r["diff"], ci95=r["ci95"], p_value=r["p_value"],
+               reason=f"{ref}: {best} is {r['diff']:+.2f} {metric} over the reference, mean of {n} training seeds "
+                      f"({100 * level:g} % t-interval [{r['ci95'][0]:.2f}, {r['ci95'][1]:.2f}]), {outcome} "
+                      f"(seed study {spec['file']})")
+    return out
+
+
+def _run_of(out: dict[str, Any], value: str) -> str:
+    """The run of candidate ``value`` in :func:`select`'s rows."""
+    return next(r["run"] for r in out["candidates"] if r["value"] == value)
+
+
 def select_all(
     selection: dict[str, Any],
     val_metrics: dict[str, dict[str, Any]],
@@ -95,6 +152,7 @@ def select_all(
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    seed_studies: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Every choice of params ``selection`` (partial: the schema's defaults fill the rest) plus the settings used:
     the content of reports/selection.json."""
@@ -104,7 +162,9 @@ def select_all(
     metric, alpha = selection["metric"], selection["alpha"]
     choices = []
     for name, choice in selection["choices"].items():
-        res = select({**choice, "name": name}, val_metrics, val_contrib, metric, alpha, n_resamples, seed, level)
+        study = (seed_studies or {}).get(str(choice["seed_study"]["file"])) if choice.get("seed_study") else None
+        res = select({**choice, "name": name}, val_metrics, val_contrib, metric, alpha, n_resamples, seed, level,
+                     study)
         choices.append({"name": str(name), **res})
     return {"settings": {"split": "val", "metric": metric, "alpha": alpha, "n_resamples": n_resamples,
                          "seed": seed, "level": level, "rule": RULE},
@@ -149,6 +209,8 @@ def _marks(c: dict[str, Any], r: dict[str, Any]) -> list[str]:
         m.append("reference")
     if r["status"] != "ok":
         m.append("not run")
+    if r.get("seed_mean") is not None:
+        m.append(f"mean {c['metric']} over {c.get('n_seeds')} seeds {r['seed_mean']:.2f}")
     return m
 
 
