@@ -38,6 +38,9 @@ search), and the JSON gets both sides' P@1 / P@5 / PSP@5 / R@100 and the paired 
 the pipeline's evaluation settings (``runs.dexml_bow.validation``): the speed-up's "at equal validation metrics",
 measured in the same command. ASTRA's two sides do the same computation (equal final losses).
 
+``--paired-variant new_ivf_mining`` (for example) pairs that variant with the reference in the repeats and in
+``--validate`` instead of the shipped run ("new" in the JSON's repeats and validation then means that variant).
+
 ``--seeds`` (with ``--validate``): pair i trains both sides from seed i (the encoder's initialisation and the batch
 order, as the ``*_seed1`` runs differ), every pair ranks the validation split, and ``validation_over_seeds`` gives
 each side's mean and sd over the seeds and new − reference as a mean with a t-interval and the paired t-test's p:
@@ -258,8 +261,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str, epochs: int,
-            peaks: dict[str, float], val_dir: Path | None = None, seed: int | None = None) -> dict[str, dict[str, Any]]:
-    """{run: {variant: figures}} with the library this process imports (and the params of its working directory)."""
+            peaks: dict[str, float], val_dir: Path | None = None, seed: int | None = None,
+            validated: str = "new") -> dict[str, dict[str, Any]]:
+    """{run: {variant: figures}} with the library this process imports (and the params of its working directory);
+    with ``val_dir``, the reference (variant "") and the ``validated`` variant rank the validation split."""
     from xmc.config import load_params
     from xmc.data import load_processed
 
@@ -268,7 +273,8 @@ def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
         for variant, overrides in variants.get(run, {"": {}}).items():
-            val_topk = val_dir / f"{run}_{variant or 'reference'}.npz" if val_dir and variant in ("", "new") else None
+            side = "reference" if variant == "" else "new"   # compare_validation's two sides
+            val_topk = val_dir / f"{run}_{side}.npz" if val_dir and variant in ("", validated) else None
             out.setdefault(run, {})[variant] = fig = run_variant(run, run, overrides, params, ds, epochs, peaks,
                                                                  val_topk, seed)
             print(run, variant or "reference", fig, flush=True)
@@ -377,6 +383,9 @@ def main() -> None:
     ap.add_argument("--seeds", action="store_true",
                     help="pair i trains both sides from seed i (encoder initialisation and batch order); with --validate "
                          "every pair ranks the validation split, and the JSON compares the sides across seeds")
+    ap.add_argument("--paired-variant", default="new",
+                    help="the current-library variant the repeats pair with the reference (and --validate ranks), "
+                         "e.g. new_ivf_mining; default: the shipped run")
     ap.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--val-dir", default="", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -423,22 +432,25 @@ def main() -> None:
 
     val_dir = pair_val_dir(0)
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir, pair_seed(0))
-    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks, val_dir, pair_seed(0))
+    pv = a.paired_variant
+    if any(pv not in VARIANTS[run] for run in runs):
+        raise SystemExit(f"--paired-variant {pv}: not a variant of every run in --runs")
+    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks, val_dir, pair_seed(0), pv)
     validations = [compare_validation(runs, a.processed, val_dir)] if val_dir else []
     # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
     # the median of the pairs' ratios is the figure, their range its spread
-    pairs = {run: [(reference[run], new[run]["new"])] for run in runs}
+    pairs = {run: [(reference[run], new[run][pv])] for run in runs}
     for i in range(1, a.repeats):
         print(f"repeat {i + 1} of {a.repeats}", flush=True)
         val_dir = pair_val_dir(i)
         ref_i = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir,
                                   pair_seed(i))
-        new_i = measure(runs, {run: {"new": VARIANTS[run]["new"]} for run in runs}, a.processed, a.epochs, peaks,
-                        val_dir, pair_seed(i))
+        new_i = measure(runs, {run: {pv: VARIANTS[run][pv]} for run in runs}, a.processed, a.epochs, peaks,
+                        val_dir, pair_seed(i), pv)
         if val_dir:
             validations.append(compare_validation(runs, a.processed, val_dir))
         for run in runs:
-            pairs[run].append((ref_i[run], new_i[run]["new"]))
+            pairs[run].append((ref_i[run], new_i[run][pv]))
     if val_tmp:
         val_tmp.cleanup()
     for run in runs:
@@ -451,6 +463,7 @@ def main() -> None:
                            "reference_sentences_per_s": r["sentences_per_s"],
                            "new_sentences_per_s": n["sentences_per_s"], "speedup": round(x, 2)}
                           for (r, n), x in zip(pairs[run], ratios)]
+        res["paired_variant"] = pv   # what "new" means in repeats, validation and the median below
         res["speedup_new_over_reference_median"] = round(float(np.median(ratios)), 2)
         res["speedup_new_over_reference_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
         res["settings"] = VARIANTS[run]   # what each variant changes on the shipped run
