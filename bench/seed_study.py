@@ -11,7 +11,7 @@ the paired t-test's p. The test split is not read.
 
     python -m bench.seed_study --run dexml_bow --seeds 9 \
         --candidates '{"refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}}' \
-        [--processed data/processed] [--out bench/seed_study_dexml_bow_refresh.json]
+        [--processed data/processed] [--out bench/seed_studies/dexml_bow_refresh.json]
 
 Bag-of-words dual-encoder runs only (the models of ``bench.bow_training_speed``); not a test.
 """
@@ -88,7 +88,10 @@ def main() -> None:
                        "final_loss": fig["final_loss"], "refreshes": fig["refreshes"]}
                 per_seed[name].append(row)
                 print(name, row, flush=True)
-    out: dict[str, Any] = {"run": a.run, "split": "val", "n_sentences": int(ds.val.Y.shape[0]), "seeds": a.seeds,
+    from xmc.metrics.bootstrap import split_fingerprint
+
+    out: dict[str, Any] = {"run": a.run, "split": "val", "n_sentences": int(ds.val.Y.shape[0]),
+                           "val_fingerprint": split_fingerprint(ds.val.Y), "seeds": a.seeds,
                            "candidates": sides, "per_seed": per_seed, "candidate_minus_default": {}}
     for name in sides:
         if name != "default":

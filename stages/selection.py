@@ -1,7 +1,7 @@
 """Selection report: which setting each choice of params ``selection`` keeps, decided on validation only.
 
 Usage: ``python -m stages.selection``. Reads metrics_val/<run>.json and evaluation/val/<run>.npz of the
-candidate runs, the seed studies some choices name (``bench/seed_study_*.json``, validation split) and
+candidate runs, the seed studies some choices name (``bench/seed_studies/*.json``, validation split) and
 data/processed/val_Y.npz (never a test-split file) and writes reports/selection.{json,md,html}. A candidate
 not evaluated on validation yet leaves its choice incomplete instead of failing the stage.
 """
@@ -15,7 +15,8 @@ import scipy.sparse as sp
 
 from xmc.config import load_params, run_entry_point
 from xmc.io import atomic_file, read_json, write_json
-from xmc.metrics.bootstrap import VAL_METRICS_DIR, InstanceContributions, bootstrap_settings, contrib_path
+from xmc.metrics.bootstrap import (VAL_METRICS_DIR, InstanceContributions, bootstrap_settings, contrib_path,
+                                   split_fingerprint)
 from xmc.report.selection import render_selection_html, render_selection_markdown, select_all
 
 
@@ -31,11 +32,14 @@ def main() -> None:
     # choices decided over training seeds read their study (a bench JSON of the validation split)
     study_files = {str(c["seed_study"]["file"]) for c in selection["choices"].values() if c.get("seed_study")}
     seed_studies = {f: read_json(Path(f)) for f in study_files if Path(f).exists()}
-    report = select_all(selection, val_metrics, val_contrib, **boot, seed_studies=seed_studies)
+    val_Y = Path(params["data"]["processed_dir"]) / "val_Y.npz"
+    val_Y_matrix = sp.load_npz(val_Y) if val_Y.exists() else None
+    fingerprint = split_fingerprint(val_Y_matrix) if val_Y_matrix is not None and seed_studies else None
+    report = select_all(selection, val_metrics, val_contrib, **boot, seed_studies=seed_studies,
+                        val_fingerprint=fingerprint)
 
     # MACLR is zero-shot on training data but its settings are chosen with validation labels: say how many
-    val_Y = Path(params["data"]["processed_dir"]) / "val_Y.npz"
-    n_pairs = int(sp.load_npz(val_Y).nnz) if val_Y.exists() else None
+    n_pairs = int(val_Y_matrix.nnz) if val_Y_matrix is not None else None
     for c in report["choices"]:
         if c.get("method") != "maclr":
             continue

@@ -15,7 +15,8 @@ from xmc.io import stage_from_address
 
 ROOT = Path(__file__).resolve().parents[1]
 SEMCOR = (ROOT / ".." / "shared" / "datasets" / "semcor-wn30").resolve()
-PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto",
+                 "bench/seed_studies"]
 PACKAGES = "pipelines/package/dvc.yaml"  # the package@<run> stages: `dvc repro PACKAGES` builds every package
 
 

@@ -353,7 +353,7 @@ def _study(split: str = "val", shift: float = 0.2, noise: float = 0.3, seeds: in
     base = 41.5 + noise * rng.standard_normal(seeds)
     cand = base + shift + 0.05 * rng.standard_normal(seeds)
     rows = lambda v: [{"seed": i, "P@5": round(float(x), 2)} for i, x in enumerate(v)]   # noqa: E731
-    return {"split": split, "per_seed": {"default": rows(base), "every_epoch": rows(cand)}}
+    return {"split": split, "val_fingerprint": "f0", "per_seed": {"default": rows(base), "every_epoch": rows(cand)}}
 
 
 def test_select_over_seeds_sees_a_gain_inside_the_seed_noise():
@@ -363,7 +363,7 @@ def test_select_over_seeds_sees_a_gain_inside_the_seed_noise():
     study = _study()
     choice = {"method": "dexml_bow", "knob": "bow_encoder.negatives.refresh_every_epochs", "reference": "5",
               "default": "1", "candidates": {"5": "r5", "1": "r1"},
-              "seed_study": {"file": "bench/seed_study_x.json", "sides": {"5": "default", "1": "every_epoch"}}}
+              "seed_study": {"file": "bench/seed_studies/x.json", "sides": {"5": "default", "1": "every_epoch"}}}
     ms, cs = _runs(r5=(0, 0), r1=(0, 0))   # the single-seed runs tie exactly: the study decides
     r = select(choice, ms, cs, "P@5", 0.05, n_resamples=100, seed_study=study)
     assert r["complete"] and r["chosen"] == "1" and r["default_is_chosen"] and r["n_seeds"] == 9
@@ -378,13 +378,25 @@ def test_select_over_seeds_sees_a_gain_inside_the_seed_noise():
                                        for x in flat["per_seed"]["default"]]
     r = select(choice, ms, cs, "P@5", 0.05, seed_study=flat)
     assert r["chosen"] == "5" and r["p_value"] >= 0.05 and r["default_is_chosen"] is False
-    # not written yet: incomplete; a study of the test split: refused
+    # not written yet, or measured on another validation split: incomplete; a study of the test split: refused
     assert select(choice, ms, cs, "P@5", 0.05, seed_study=None)["complete"] is False
+    assert select(choice, ms, cs, "P@5", 0.05, seed_study=study, val_fingerprint="f0")["chosen"] == "1"
+    other = select(choice, ms, cs, "P@5", 0.05, seed_study=study, val_fingerprint="f1")
+    assert other["complete"] is False and "another validation split" in other["reason"]
     with pytest.raises(ConfigError, match="choices are made on 'val' only"):
         select(choice, ms, cs, "P@5", 0.05, seed_study=_study(split="tst"))
     with pytest.raises(ValueError, match="at least 2 seeds"):
         paired_over_seeds([1.0], [2.0])
     assert paired_over_seeds([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])["p_value"] == 0.0   # the same gain on every seed
+
+
+def test_split_fingerprint_names_the_instances_and_labels():
+    from xmc.metrics.bootstrap import split_fingerprint
+
+    Y = sp.csr_matrix(np.array([[1, 0, 1], [0, 1, 0]], dtype=np.float32))
+    assert split_fingerprint(Y) == split_fingerprint(Y.tocoo()) == split_fingerprint(Y * 2)   # the pattern only
+    assert split_fingerprint(Y) != split_fingerprint(Y[[1, 0]])
+    assert split_fingerprint(Y) != split_fingerprint(sp.csr_matrix(np.array([[1, 0, 1], [0, 1, 0], [0, 0, 0]])))
 
 
 def test_selection_stage_uses_validation_only(tmp_path):

@@ -269,3 +269,16 @@ def paired_over_seeds(a: Sequence[float], b: Sequence[float], level: float = 0.9
             "a_sd": round(float(x.std(ddof=1)), 4), "b_sd": round(float(y.std(ddof=1)), 4),
             "diff": round(float(d.mean()), 4), "ci95": [round(float(d.mean()) - half, 2), round(float(d.mean()) + half, 2)],
             "p_value": p, "n_seeds": n, "a_at_least_b": int((d >= 0).sum()), "level": float(level)}
+
+
+def split_fingerprint(Y: sp.spmatrix) -> str:
+    """A short hash of a split's label matrix (shape and nonzero pattern): which instances and labels a study was
+    measured on, so a decision read from a stored study is refused for another dataset or split."""
+    import hashlib
+
+    Y = sp.csr_matrix(Y)
+    Y.sort_indices()
+    h = hashlib.sha256(np.asarray(Y.shape, np.int64).tobytes())
+    h.update(np.asarray(Y.indptr, np.int64).tobytes())
+    h.update(np.asarray(Y.indices, np.int64).tobytes())
+    return h.hexdigest()[:16]

@@ -34,13 +34,15 @@ def select(
     seed: int = 0,
     level: float = 0.95,
     seed_study: dict[str, Any] | None = None,
+    val_fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """Decide one choice from validation metrics and contributions (keyed by run name).
 
     A candidate whose run has no validation metrics is "not run" and the choice is incomplete
     (``chosen`` None); so is a choice whose best or reference run lacks contributions. A choice with
     ``seed_study`` in params is decided from that study (``seed_study``: its JSON, None if not written yet:
-    incomplete) by :func:`decide_over_seeds`; the candidate runs' own validation figures are still shown.
+    incomplete) by :func:`decide_over_seeds`, if it was measured on this validation split (``val_fingerprint``:
+    :func:`xmc.metrics.bootstrap.split_fingerprint` of val_Y); the candidate runs' own figures are still shown.
     """
     cands: dict[str, str] = {str(k): str(v) for k, v in (choice.get("candidates") or {}).items()}
     ref, default = str(choice.get("reference")), str(choice.get("default"))
@@ -60,7 +62,7 @@ def select(
                            "complete": False, "best": None, "best_run": None, "chosen": None, "chosen_run": None,
                            "default_is_chosen": False, "diff": None, "ci95": None, "p_value": None}
     if choice.get("seed_study"):
-        return decide_over_seeds(out, choice, seed_study, metric, alpha, level)
+        return decide_over_seeds(out, choice, seed_study, metric, alpha, level, val_fingerprint)
     not_run = [f"{r['value']} ({r['run']})" for r in rows if r["status"] != "ok"]
     no_metric = [f"{r['value']} ({r['run']})" for r in rows if r["status"] == "ok" and r["metrics"].get(metric) is None]
     if not_run or no_metric:
@@ -95,10 +97,11 @@ def select(
 
 
 def decide_over_seeds(out: dict[str, Any], choice: dict[str, Any], study: dict[str, Any] | None, metric: str,
-                      alpha: float, level: float = 0.95) -> dict[str, Any]:
+                      alpha: float, level: float = 0.95, val_fingerprint: str | None = None) -> dict[str, Any]:
     """The rule over training seeds: the candidate with the best mean ``metric`` over the study's seeds replaces the
     reference only if the paired t-test of their per-seed figures gives p < alpha. ``out`` is :func:`select`'s
-    partial result; the study must be of the validation split."""
+    partial result; the study must be of the validation split, and of this one when ``val_fingerprint`` is given
+    (another dataset's study leaves the choice incomplete)."""
     spec = choice["seed_study"]
     sides: dict[str, str] = {str(k): str(v) for k, v in spec["sides"].items()}
     ref = out["reference"]
@@ -107,6 +110,11 @@ def decide_over_seeds(out: dict[str, Any], choice: dict[str, Any], study: dict[s
         return out
     if study.get("split") != "val":
         raise ConfigError(f"seed study {spec['file']}: split {study.get('split')!r}; choices are made on 'val' only")
+    if val_fingerprint is not None and study.get("val_fingerprint") != val_fingerprint:
+        out["reason"] = (f"incomplete: seed study {spec['file']} was measured on another validation split "
+                         f"({study.get('val_fingerprint')} against this one's {val_fingerprint}); rerun "
+                         "python -m bench.seed_study on this data")
+        return out
     per_seed = study.get("per_seed", {})
     missing = [f"{v} ({side})" for v, side in sides.items() if side not in per_seed]
     if missing:
@@ -153,6 +161,7 @@ def select_all(
     seed: int = 0,
     level: float = 0.95,
     seed_studies: dict[str, dict[str, Any]] | None = None,
+    val_fingerprint: str | None = None,
 ) -> dict[str, Any]:
     """Every choice of params ``selection`` (partial: the schema's defaults fill the rest) plus the settings used:
     the content of reports/selection.json."""
@@ -164,7 +173,7 @@ def select_all(
     for name, choice in selection["choices"].items():
         study = (seed_studies or {}).get(str(choice["seed_study"]["file"])) if choice.get("seed_study") else None
         res = select({**choice, "name": name}, val_metrics, val_contrib, metric, alpha, n_resamples, seed, level,
-                     study)
+                     study, val_fingerprint)
         choices.append({"name": str(name), **res})
     return {"settings": {"split": "val", "metric": metric, "alpha": alpha, "n_resamples": n_resamples,
                          "seed": seed, "level": level, "rule": RULE},
