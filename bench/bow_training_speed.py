@@ -307,30 +307,39 @@ def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, capture_output=True)
 
 
+VALIDATION_METRICS = ("P@1", "P@5", "PSP@5", "R@100")
+
+
+def validation_contributions(topk_file: Path, ds: Any, ev: dict[str, Any]) -> Any:
+    """Per-sentence metric contributions of a ``rank_validation`` file on the validation split, with the pipeline's
+    evaluation settings (``ev``: params ``evaluate``)."""
+    from xmc.metrics.bootstrap import instance_contributions
+    from xmc.predictions import TopK
+
+    z = np.load(topk_file)
+    freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+    return instance_contributions(TopK(z["indices"], z["scores"]), ds.val.Y, freq, ds.trn.Y.shape[0],
+                                  tuple(ev["ks"]), tuple(ev["recall_ks"]), float(ev["propensity_a"]),
+                                  float(ev["propensity_b"]))
+
+
 def compare_validation(runs: list[str], processed: str, val_dir: Path) -> dict[str, dict[str, Any]]:
     """Validation P@1 / P@5 / PSP@5 / R@100 of each side's model (``rank_validation``) and the paired bootstrap of
     new − reference on the same sentences, with the pipeline's evaluation settings."""
     from xmc.config import load_params
     from xmc.data import load_processed
-    from xmc.metrics.bootstrap import instance_contributions, paired_bootstrap
-    from xmc.predictions import TopK
+    from xmc.metrics.bootstrap import paired_bootstrap
 
     params = load_params()
     ev, boot = params["evaluate"], params["evaluate"]["bootstrap"]
     ds = load_processed(processed, splits=("trn", "val"))
-    freq = np.asarray(ds.trn.Y.sum(0)).ravel()
     out: dict[str, dict[str, Any]] = {}
     for run in runs:
         sides = {side: val_dir / f"{run}_{side}.npz" for side in ("reference", "new")}
         if not all(f.exists() for f in sides.values()):
             continue
-        contrib = {}
-        for side, f in sides.items():
-            z = np.load(f)
-            contrib[side] = instance_contributions(TopK(z["indices"], z["scores"]), ds.val.Y, freq, ds.trn.Y.shape[0],
-                                                   tuple(ev["ks"]), tuple(ev["recall_ks"]),
-                                                   float(ev["propensity_a"]), float(ev["propensity_b"]))
-        metrics = ("P@1", "P@5", "PSP@5", "R@100")
+        contrib = {side: validation_contributions(f, ds, ev) for side, f in sides.items()}
+        metrics = VALIDATION_METRICS
         out[run] = {side: {m: round(float(c.values()[m]), 2) for m in metrics} for side, c in contrib.items()}
         out[run]["n_sentences"] = int(ds.val.Y.shape[0])
         out[run]["new_minus_reference"] = {
@@ -350,7 +359,7 @@ def seed_summary(per_seed: list[dict[str, Any]], level: float = 0.95) -> dict[st
     from xmc.metrics.bootstrap import paired_over_seeds
 
     out: dict[str, Any] = {"seeds": [v["seed"] for v in per_seed]}
-    for m in ("P@1", "P@5", "PSP@5", "R@100"):
+    for m in VALIDATION_METRICS:
         out[m] = paired_over_seeds([v["new"][m] for v in per_seed], [v["reference"][m] for v in per_seed], level)
     return out
 

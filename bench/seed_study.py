@@ -25,20 +25,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-METRICS = ("P@1", "P@5", "PSP@5", "R@100")
+from bench.bow_training_speed import VALIDATION_METRICS as METRICS
+from bench.bow_training_speed import validation_contributions
 
 
 def validation_metrics(topk_file: Path, ds: Any, ev: dict[str, Any]) -> dict[str, float]:
-    from xmc.metrics.bootstrap import instance_contributions
-    from xmc.predictions import TopK
-
-    z = np.load(topk_file)
-    freq = np.asarray(ds.trn.Y.sum(0)).ravel()
-    c = instance_contributions(TopK(z["indices"], z["scores"]), ds.val.Y, freq, ds.trn.Y.shape[0],
-                               tuple(ev["ks"]), tuple(ev["recall_ks"]), float(ev["propensity_a"]),
-                               float(ev["propensity_b"]))
+    c = validation_contributions(topk_file, ds, ev)
     return {m: round(float(c.values()[m]), 2) for m in METRICS}
 
 
