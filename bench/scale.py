@@ -328,11 +328,22 @@ def outcomes(repo: Path) -> dict[str, Any]:
         if t.is_file():
             d = json.loads(t.read_text())
             cal = d.get("index_calibration") or {}
-            if d.get("index_kind", "exact") != "exact" or cal:   # approximate, or calibrated and fell back to exact
+            sl = d.get("shortlist") or {}
+            if d.get("index_kind", "exact") != "exact" or cal or sl:   # approximate, calibrated, or a shortlist
                 indexes[m] = {"kind": d["index_kind"], "index_seconds": d.get("index_seconds"),
                               "predict_seconds": d.get("predict_seconds"), "recall_at_100": d.get("index_recall"),
-                              **({"calibrated": _calibration_summary(cal)} if cal else {})}
+                              **({"calibrated": _calibration_summary(cal)} if cal else {}),
+                              **({"shortlist": _shortlist_summary(sl)} if sl else {})}
     return {"metrics": metrics, "indexes": indexes}
+
+
+def _shortlist_summary(sl: dict[str, Any]) -> dict[str, Any]:
+    """The validation choice between the TF-IDF shortlist and exact search (``index.shortlist``)."""
+    test = sl.get("test") or {}
+    return {"kept": sl.get("kept"), "shortlist_k": sl.get("shortlist_k"), "metric": test.get("metric"),
+            "val_shortlist": test.get("a"), "val_exact": test.get("b"), "diff": test.get("diff"),
+            "ci95": test.get("ci95"), "p_value": test.get("p_value"), "verdict": test.get("verdict"),
+            "seconds_per_1000": sl.get("seconds_per_1000"), "recall_against_exact": sl.get("recall_against_exact")}
 
 
 def _calibration_summary(cal: dict[str, Any]) -> dict[str, Any]:

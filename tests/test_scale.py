@@ -34,6 +34,15 @@ def test_scale_benchmark_path_runs_at_a_small_size(tmp_path):
     # brute force, a PQ scan calibrated the same way, and where that was no faster either, exact search
     assert set(run["indexes"]) >= {"dexml_bow", "ramen", "unidec", "astra"}, run["indexes"]
     for m, ix in run["indexes"].items():
+        # index.shortlist auto: each dense run first ranks the validation texts by its TF-IDF shortlist and by
+        # exact search; it keeps the shortlist unless that is significantly worse, else builds the index
+        sl = ix["shortlist"]
+        assert sl["metric"] == "P@5" and sl["verdict"] in ("tie", "shortlist better", "exact better"), (m, sl)
+        assert sl["kept"] == (sl["verdict"] != "exact better") and 0 <= sl["recall_against_exact"] <= 1, (m, sl)
+        if sl["kept"]:
+            assert ix["kind"] == "tfidf_shortlist" and "calibrated" not in ix, (m, ix)
+            assert ix["recall_at_100"] == sl["recall_against_exact"], (m, ix)
+            continue
         cal = ix["calibrated"]
         assert cal["value"] >= 1, (m, ix)
         if cal["fallback"] == "exact":

@@ -628,6 +628,11 @@ class IndexConfig(Section):
     # an IVF/HNSW index slower than brute force at recall_target tries a PQ scan re-ranked exactly before exact
     pq_fallback: bool = True
     encode_batch_size: Annotated[int, Field(gt=0, le=65_536)] = 256
+    # above auto_exact_max a dense run may rank only each text's TF-IDF shortlist (xmc.ann.shortlist): off | auto
+    # (kept where its validation metric is not significantly below exact search's) | tfidf (always)
+    shortlist: Literal["off", "auto", "tfidf"] = "auto"
+    shortlist_k: Annotated[int, Field(gt=0, le=100_000)] = 200
+    shortlist_max_postings_per_term: Annotated[int, Field(ge=0)] = 1000
 
 
 class ReportConfig(Section):

@@ -291,12 +291,114 @@ def predictor_options(params: dict[str, Any], ds: Any, variant: dict[str, Any]) 
             "train_labels": sp.csr_matrix(ds.trn.Y), "calibration_texts": sample, **variant}
 
 
+def _shortlist_mode(params: dict[str, Any], kind: str, n_labels: int) -> str | None:
+    """``index.shortlist`` where it applies: a dense or UniDEC predictor over more labels than an exact index holds
+    (``auto_exact_max``, or an approximate ``index.kind``); None otherwise."""
+    from xmc.ann import ANNIndex
+    from xmc.config.schema import IndexConfig, filled
+
+    from xmc.errors import ConfigError
+
+    icfg = filled(IndexConfig, params.get("index"), "index")
+    mode = icfg["shortlist"]
+    if mode == "off" or kind not in ("dense", "unidec") or ANNIndex.from_params(params.get("index")).kind_for(n_labels) == "exact":
+        return None
+    if icfg["shortlist_k"] < int(params["evaluate"]["top_k"]):
+        raise ConfigError(f"params.yaml: index.shortlist_k ({icfg['shortlist_k']}) is below evaluate.top_k "
+                          f"({params['evaluate']['top_k']}): every text would be searched over every label")
+    return mode
+
+
+def _predict_texts(predictor: Any, texts: list[str], k: int, chunk: int) -> tuple[Any, Any]:
+    import numpy as np
+
+    parts = [predictor.search(texts[i : i + chunk], k) for i in range(0, len(texts), chunk)]
+    D = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
+    I = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
+    return D, I
+
+
+def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, options: dict[str, Any],
+                              params: dict[str, Any], mode: str, k: int, root: Path, chunk: int,
+                              has_val: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Build into ``out`` either a :class:`~xmc.package.predictors.ShortlistPredictor` over the run's predictor
+    with an exact index, or (where validation rejects the shortlist) the run's predictor with the index that
+    ``index`` asks for. The choice, on the validation split only: the shortlist is kept unless its
+    ``selection.metric`` is significantly below exact search's on the same texts (paired bootstrap, ties go to
+    the shortlist, whose cost per text does not grow with the labels). Returns (section, the choice's record,
+    {split: (scores, ids, seconds)} predictions already made)."""
+    import shutil
+
+    import numpy as np
+
+    from xmc.ann.index import recall_of
+    from xmc.config.schema import IndexConfig, filled
+    from xmc.metrics.bootstrap import bootstrap_settings, instance_contributions, paired_bootstrap, verdict
+    from xmc.package.predictors import ShortlistPredictor
+    from xmc.predictions import TopK
+
+    icfg = filled(IndexConfig, params.get("index"), "index")
+    exact_dir = out / "exact"
+    base = cls.build(source, exact_dir, ds.label_texts, {**options, "index": {**icfg, "kind": "exact", "storage": "float32"}})
+    (exact_dir / PREDICTOR_SECTION).write_text(json.dumps(base, indent=2) + "\n")
+    section = ShortlistPredictor.build(exact_dir, out, ds.label_texts, {
+        "tfidf_dir": root / "data" / "tfidf", "shortlist_k": icfg["shortlist_k"],
+        "max_postings_per_term": icfg["shortlist_max_postings_per_term"]})
+    shutil.rmtree(exact_dir)
+    record: dict[str, Any] = {"mode": mode, "shortlist_k": icfg["shortlist_k"],
+                              "max_postings_per_term": icfg["shortlist_max_postings_per_term"]}
+    done: dict[str, Any] = {}
+    keep = mode == "tfidf"
+    if mode == "auto" and not has_val:
+        record["why"] = "no validation split predicted: nothing to decide on, the index is built"
+    elif mode == "auto":
+        shortlist = ShortlistPredictor.load(out, section, ds.label_texts)
+        texts = ds.val.texts
+        t0 = time.perf_counter()
+        D_s, I_s = _predict_texts(shortlist, texts, k, chunk)
+        t_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        D_e, I_e = _predict_texts(shortlist.base, texts, k, chunk)
+        t_e = time.perf_counter() - t0
+        metric = params.get("selection", {}).get("metric", "P@5")
+        freq = np.asarray(ds.trn.Y.sum(axis=0)).ravel()
+        kw = {"recall_ks": (min(10, k), min(100, k))}
+        c_s = instance_contributions(TopK(I_s.astype(np.int32), D_s.astype(np.float32)), ds.val.Y, freq, ds.trn.Y.shape[0], **kw)
+        c_e = instance_contributions(TopK(I_e.astype(np.int32), D_e.astype(np.float32)), ds.val.Y, freq, ds.trn.Y.shape[0], **kw)
+        bs = bootstrap_settings(params)
+        test = paired_bootstrap(c_s, c_e, metric, bs["n_resamples"], bs["seed"], bs["level"])
+        alpha = float(params.get("selection", {}).get("alpha", 0.05))
+        test["verdict"] = verdict(test["p_value"], test["diff"], alpha).replace("A ", "shortlist ").replace("B ", "exact ")
+        keep = test["verdict"] != "exact better"
+        kk = min(100, k)
+        record.update({
+            "decided_on": "val", "texts": len(texts), "test": test,
+            "val_metrics": {"shortlist": {m: round(v, 2) for m, v in c_s.values().items()},
+                            "exact": {m: round(v, 2) for m, v in c_e.values().items()}},
+            "seconds_per_1000": {"shortlist": round(1000 * t_s / max(len(texts), 1), 3),
+                                 "exact": round(1000 * t_e / max(len(texts), 1), 3)},
+            "recall_at": kk, "recall_against_exact": round(recall_of(I_s[:, :kk], I_e[:, :kk]), 4),
+            "full_searches": {"val": shortlist.full_searches}})
+        log.info("shortlist (top %d by TF-IDF, re-ranked) against exact search on %d validation texts: %s %.2f vs "
+                 "%.2f (diff %+.2f %s, p %.3g) -> %s", icfg["shortlist_k"], len(texts), metric, test["a"], test["b"],
+                 test["diff"], test["ci95"], test["p_value"], "shortlist" if keep else "index")
+        if keep:
+            done["val"] = (D_s, I_s, t_s)
+    record["kept"] = bool(keep)
+    if not keep:
+        for child in ("base", "tfidf"):
+            shutil.rmtree(out / child)
+        section = cls.build(source, out, ds.label_texts, options)
+    return section, record, done
+
+
 def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root: str | Path = ".",
                 chunk: int = 8192, all_variants: bool = True) -> dict[str, dict[str, Any]]:
     """Build the run's predictor(s) into ``indexes/<variant>/`` and write ``predictions/<variant>/<split>_topk.npz``
     (+ ``timing.json``) for each split, through the same :class:`~xmc.package.predictors.Predictor` that the
     model package loads: what the pipeline evaluates is what ``xmc predict`` serves. ``all_variants=False``: only
-    the prediction named as the run (UniDEC: its main space, without the DE-only and classifier-only ones)."""
+    the prediction named as the run (UniDEC: its main space, without the DE-only and classifier-only ones).
+    Above ``index.auto_exact_max`` a dense run may rank a TF-IDF shortlist instead (``index.shortlist``)."""
     import numpy as np
 
     from xmc.data import load_processed
@@ -311,42 +413,63 @@ def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root
     k = int(params["evaluate"]["top_k"])
     source = root / method.predictor_source(run, params)
     cls = predictor_class(method.predictor_kind, source)
+    shortlist_mode = _shortlist_mode(params, method.predictor_kind, len(ds.label_texts))
     timings = {}
     variants = method.prediction_variants(run)
     if not all_variants:
         variants = {run.name: variants[run.name]}
     for variant, options in variants.items():
         t0 = time.perf_counter()
+        shortlist: dict[str, Any] = {}
+        done: dict[str, Any] = {}
         with atomic_dir(root / "indexes" / variant) as tmp:
-            section = cls.build(source, tmp, ds.label_texts, predictor_options(params, ds, options))
+            opts = predictor_options(params, ds, options)
+            if shortlist_mode:
+                section, shortlist, done = _build_shortlist_or_index(cls, source, tmp, ds, opts, params, shortlist_mode,
+                                                                     k, root, chunk, "val" in splits)
+            else:
+                section = cls.build(source, tmp, ds.label_texts, opts)
             (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
         index_seconds = time.perf_counter() - t0
-        predictor = cls.load(root / "indexes" / variant, section, ds.label_texts)
+        predictor = predictor_class(section["kind"], source).load(root / "indexes" / variant, section, ds.label_texts)
+        is_shortlist = section["kind"] == "shortlist"
         by_split: dict[str, float] = {}
         index_recall: dict[str, Any] = {}
+        if is_shortlist and "recall_against_exact" in shortlist:
+            index_recall = {"index_recall_at": shortlist["recall_at"], "index_recall_queries": shortlist["texts"],
+                            "index_recall": shortlist["recall_against_exact"], "index_recall_split": "val"}
         for split in splits:
             t0 = time.perf_counter()
             texts = ds.split(split).texts
-            parts = [predictor.search(texts[i : i + chunk], k) for i in range(0, len(texts), chunk)]
-            D = np.concatenate([p[0] for p in parts]) if parts else np.zeros((0, k), np.float32)
-            I = np.concatenate([p[1] for p in parts]) if parts else np.zeros((0, k), np.int64)
+            if split in done:   # predicted while the shortlist was chosen
+                D, I, seconds = done[split]
+            else:
+                if is_shortlist:
+                    predictor.full_searches = 0
+                D, I = _predict_texts(predictor, texts, k, chunk)
+                seconds = time.perf_counter() - t0
+                if is_shortlist:
+                    shortlist.setdefault("full_searches", {})[split] = predictor.full_searches
             TopK(I.astype(np.int32), D.astype(np.float32)).save(root / "predictions" / variant / f"{split}_topk.npz")
-            by_split[split] = round(time.perf_counter() - t0, 2)
+            by_split[split] = round(seconds, 2)
             index = getattr(predictor, "index", None)
-            if not index_recall and index is not None and index.kind != "exact" and hasattr(predictor, "query_vectors"):
-                # an approximate index (index.kind, or auto above auto_exact_max): its recall against exact search
+            if not index_recall and index is not None and (index.kind != "exact" or is_shortlist) \
+                    and hasattr(predictor, "query_vectors"):
+                # an approximate index (index.kind, or auto above auto_exact_max) or a shortlist: its recall against
+                # exact search
                 m, kk = min(1000, len(texts)), min(100, k)
                 index_recall = {"index_recall_at": kk, "index_recall_queries": m, "index_recall": round(
                     index.recall_against_exact(predictor.query_vectors(texts[:m]), I[:m], kk), 4)}
-                log.info("%s: %s index recall@%d against exact search %.4f (%d %s queries)", variant, index.kind, kk,
-                         index_recall["index_recall"], m, split)
+                log.info("%s: %s recall@%d against exact search %.4f (%d %s queries)", variant,
+                         "shortlist" if is_shortlist else f"{index.kind} index", kk, index_recall["index_recall"], m, split)
         timing = {"train_seconds": method.train_seconds(run, params), "index_seconds": round(index_seconds, 2),
                   "predict_seconds": by_split.get("tst", by_split.get("val")), "predict_seconds_by_split": by_split,
                   "predictor": section["kind"], **{k_: v for k_, v in options.items()},
-                  **({"index_kind": predictor.index.kind, "on_gpu": predictor.index.on_gpu}
-                     if hasattr(predictor, "index") else {}), **index_recall,
+                  **({"index_kind": "tfidf_shortlist" if is_shortlist else predictor.index.kind,
+                      "on_gpu": predictor.index.on_gpu} if hasattr(predictor, "index") else {}), **index_recall,
+                  **({"shortlist": shortlist} if shortlist else {}),
                   **({"index_calibration": predictor.index.calibration}
-                     if getattr(getattr(predictor, "index", None), "calibration", None) else {})}
+                     if not is_shortlist and getattr(getattr(predictor, "index", None), "calibration", None) else {})}
         write_json(root / "predictions" / variant / "timing.json", timing)
         timings[variant] = timing
         log.info("predicted %s on %s (%s)", variant, " ".join(splits), section["kind"])

@@ -503,6 +503,83 @@ class LabelNamePredictor(Predictor):
         return D, I
 
 
+class ShortlistPredictor(Predictor):
+    """A dense predictor (``base/``: encoder + exact index, UniDEC's heads...) that ranks only each text's TF-IDF
+    shortlist (``tfidf/``: the vectoriser and the label rows, postings capped) by its own inner products
+    (:mod:`xmc.ann.shortlist`). A text with fewer than k shortlisted labels (no shared term) is searched over
+    every label instead. The prediction stage builds it above ``index.auto_exact_max`` where validation keeps it."""
+
+    kind = "shortlist"
+
+    def __init__(self, base: Predictor, shortlist: Any) -> None:
+        self.base, self.shortlist = base, shortlist
+        self._vectors: np.ndarray | None = None
+        self.full_searches = 0   # texts searched over every label (fewer than k shortlisted)
+
+    @classmethod
+    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
+        """``source``: a dense or UniDEC predictor folder built with an exact index (``predictor.json`` inside);
+        ``options``: ``tfidf_dir`` (the tfidf stage's output), ``shortlist_k``, ``max_postings_per_term``."""
+        from xmc.io import read_json_file
+
+        base = read_json_file(source / "predictor.json", "a predictor description")
+        if base.get("kind") not in ("dense", "unidec"):
+            raise DataFormatError(source / "predictor.json", None, f"a shortlist re-ranks a dense or unidec "
+                                  f"predictor, not {base.get('kind')!r}")
+        _copy_tree(source, out / "base")
+        (out / "base" / "predictor.json").unlink(missing_ok=True)
+        tfidf = Path(options["tfidf_dir"])
+        _copy_vectorizer(tfidf, out / "tfidf")
+        X = _load_csr(tfidf / "X_lbl.npz")
+        if X.shape[0] != len(label_texts):
+            raise DataFormatError(tfidf / "X_lbl.npz", None, f"{X.shape[0]} label rows for {len(label_texts)} labels")
+        cap = int(options["max_postings_per_term"])
+        _save_postings(tfidf / "X_lbl.npz", out / "tfidf" / "X_lbl.npz", X, cap)
+        return {"kind": cls.kind, "base": base, "tfidf": "tfidf", "shortlist_k": int(options["shortlist_k"]),
+                "max_postings_per_term": cap}
+
+    @classmethod
+    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> ShortlistPredictor:
+        from xmc.ann.shortlist import TfidfShortlist
+
+        base_section = section.get("base")
+        if not isinstance(base_section, dict) or base_section.get("kind") not in ("dense", "unidec"):
+            raise DataFormatError(root, None, "a shortlist predictor needs a dense or unidec base section")
+        base = predictor_class(base_section["kind"], root).load(root / "base", base_section, label_texts)
+        d = root / section.get("tfidf", "tfidf")
+        X = _load_csr(d / "X_lbl.npz")
+        if X.shape[0] != len(label_texts):
+            raise DataFormatError(d / "X_lbl.npz", None, f"{X.shape[0]} label rows for {len(label_texts)} labels")
+        return cls(base, TfidfShortlist(_load_vectorizer(d), X, int(section.get("shortlist_k", 200))))
+
+    @property
+    def index(self) -> Any:
+        return self.base.index
+
+    def query_vectors(self, texts: list[str]) -> np.ndarray:
+        return self.base.query_vectors(texts)
+
+    def label_vectors(self) -> np.ndarray:
+        if self._vectors is None:
+            self._vectors = self.base.index.vectors()
+        return self._vectors
+
+    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        import torch
+
+        from xmc.ann.shortlist import rerank
+
+        cand = self.shortlist.candidates(texts)
+        with torch.inference_mode():
+            q = self.query_vectors(texts)
+        D, I = rerank(q, self.label_vectors(), cand, k)
+        short = np.flatnonzero((cand >= 0).sum(1) < min(k, self.index.ntotal))
+        if short.size:   # no shortlist to rank: the exact search over every label
+            self.full_searches += int(short.size)
+            D[short], I[short] = _search(self.index, q[short], k)
+        return D, I
+
+
 class HybridPredictor(Predictor):
     """A method's predictor (``base/``) whose top-``base_k`` is merged with the labels named in the text and
     re-scored by fusion weights fit on the validation split (:mod:`xmc.lexical.hybrid`). An ensemble hybrid has
@@ -580,7 +657,8 @@ class HybridPredictor(Predictor):
 
 PREDICTORS: dict[str, type[Predictor]] = {p.kind: p for p in (DensePredictor, UniDECPredictor, TfidfZeroShotPredictor,
                                                                 TfidfKNNPredictor, LabelPriorPredictor,
-                                                                LabelNamePredictor, HybridPredictor)}
+                                                                LabelNamePredictor, ShortlistPredictor,
+                                                                HybridPredictor)}
 
 
 def kind_of_source(source: Path, name: str) -> str:
@@ -601,5 +679,5 @@ def predictor_class(kind: Any, where: Path) -> type[Predictor]:
 
 
 __all__ = ["PREDICTORS", "DensePredictor", "HybridPredictor", "LabelNamePredictor", "LabelPriorPredictor", "Predictor",
-           "TfidfKNNPredictor",
+           "ShortlistPredictor", "TfidfKNNPredictor",
            "TfidfZeroShotPredictor", "UniDECPredictor", "kind_of_source", "predictor_class"]
