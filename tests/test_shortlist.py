@@ -154,3 +154,18 @@ def test_a_shortlist_shorter_than_the_predictions_is_refused(tmp_path, monkeypat
     assert _shortlist_mode(params, "dense", 10) == "auto"
     params["index"]["shortlist"] = "off"
     assert _shortlist_mode(params, "unidec", 10) is None
+
+
+def test_full_search_of_a_few_texts_equals_exact_search():
+    import faiss
+
+    from xmc.ann.shortlist import full_search
+
+    rng = np.random.default_rng(1)
+    V = rng.normal(size=(5000, 16)).astype(np.float32)
+    q = rng.normal(size=(7, 16)).astype(np.float32)
+    D, I = full_search(q, V, 20, block=1024)              # several blocks merged
+    D_f, I_f = faiss.knn(q, V, 20, metric=faiss.METRIC_INNER_PRODUCT)
+    assert np.array_equal(I, I_f) and np.allclose(D, D_f, atol=1e-4)
+    D, I = full_search(q[:2], V[:5], 8)                    # fewer labels than k: -1 / -inf pad
+    assert (I[:, 5:] == -1).all() and np.isneginf(D[:, 5:]).all() and sorted(I[0, :5].tolist()) == list(range(5))

@@ -18,12 +18,14 @@ import numpy as np
 import scipy.sparse as sp
 
 
-def shortlist_candidates(X_query: sp.csr_matrix, X_label: sp.csr_matrix, shortlist_k: int) -> np.ndarray:
+def shortlist_candidates(X_query: sp.csr_matrix, X_label: sp.csr_matrix | None, shortlist_k: int,
+                         X_label_T: sp.csr_matrix | None = None) -> np.ndarray:
     """Per query row, the ids of its (at most) ``shortlist_k`` labels of highest TF-IDF cosine among the labels
-    sharing a term with it, best first; -1 pads rows with fewer (a query sharing no term gets none)."""
+    sharing a term with it, best first; -1 pads rows with fewer (a query sharing no term gets none).
+    ``X_label_T``: ``X_label`` already transposed (:func:`xmc.sparse_topk.transposed_operand`)."""
     from xmc.sparse_topk import sparse_product_topk
 
-    top = sparse_product_topk(X_query, X_label, shortlist_k, zeros_are_candidates=False)
+    top = sparse_product_topk(X_query, X_label, shortlist_k, zeros_are_candidates=False, BT=X_label_T)
     ids = top.indices.astype(np.int64)
     return np.where(np.isfinite(top.scores), ids, -1)
 
@@ -56,16 +58,47 @@ def rerank(queries: np.ndarray, vectors: np.ndarray, candidates: np.ndarray, k: 
     return D, ids
 
 
+# Below this many texts, exact search over every label runs as matrix products in blocks (torch) rather than
+# faiss' flat search, which costs about as much for 5 texts as for 500 at k = 100 (10^6 x 256 labels, 2 cores:
+# 1.7 s for 70 texts against 0.62 s; 2.8 against 5.7 ms per text for 2,000)
+SMALL_FULL_SEARCH = 256
+
+
+def full_search(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = 131072) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``k`` over every label for a few texts: (scores, ids), best first (ties as torch.topk orders
+    them); ``vectors`` float32 (n x d), read ``block`` rows at a time."""
+    import torch
+
+    q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+    kk = min(k, len(vectors))
+    best_s, best_i = [], []
+    with torch.inference_mode():
+        for s in range(0, len(vectors), block):
+            S = q @ torch.from_numpy(np.ascontiguousarray(vectors[s : s + block], dtype=np.float32)).T
+            v, i = torch.topk(S, min(kk, S.shape[1]), dim=1)
+            best_s.append(v)
+            best_i.append(i + s)
+        v, i = torch.topk(torch.cat(best_s, 1), kk, dim=1)
+        ids = torch.gather(torch.cat(best_i, 1), 1, i)
+    D = np.full((len(queries), k), -np.inf, np.float32)
+    I = np.full((len(queries), k), -1, np.int64)
+    D[:, :kk], I[:, :kk] = v.numpy(), ids.numpy()
+    return D, I
+
+
 class TfidfShortlist:
     """The TF-IDF side of a shortlist: the fitted vectoriser and the label rows (postings already capped)."""
 
     def __init__(self, vectorizer: Any, X_label: sp.csr_matrix, shortlist_k: int) -> None:
         if shortlist_k <= 0:
             raise ValueError(f"shortlist_k must be positive, got {shortlist_k}")
-        self.vectorizer, self.X_label, self.shortlist_k = vectorizer, X_label.tocsr(), int(shortlist_k)
+        from xmc.sparse_topk import transposed_operand
+
+        self.vectorizer, self.shortlist_k = vectorizer, int(shortlist_k)
+        self.X_label_T = transposed_operand(X_label)   # once, not per batch of texts
 
     def candidates(self, texts: list[str]) -> np.ndarray:
-        return shortlist_candidates(self.vectorizer.transform(texts).tocsr(), self.X_label, self.shortlist_k)
+        return shortlist_candidates(self.vectorizer.transform(texts).tocsr(), None, self.shortlist_k, self.X_label_T)
 
 
-__all__ = ["TfidfShortlist", "rerank", "shortlist_candidates"]
+__all__ = ["SMALL_FULL_SEARCH", "TfidfShortlist", "full_search", "rerank", "shortlist_candidates"]

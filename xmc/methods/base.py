@@ -320,13 +320,14 @@ def _predict_texts(predictor: Any, texts: list[str], k: int, chunk: int) -> tupl
 
 def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, options: dict[str, Any],
                               params: dict[str, Any], mode: str, k: int, root: Path, chunk: int,
-                              has_val: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+                              has_val: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], Any]:
     """Build into ``out`` either a :class:`~xmc.package.predictors.ShortlistPredictor` over the run's predictor
     with an exact index, or (where validation rejects the shortlist) the run's predictor with the index that
     ``index`` asks for. The choice, on the validation split only: the shortlist is kept unless its
     ``selection.metric`` is significantly below exact search's on the same texts (paired bootstrap, ties go to
     the shortlist, whose cost per text does not grow with the labels). Returns (section, the choice's record,
-    {split: (scores, ids, seconds)} predictions already made)."""
+    {split: (scores, ids, seconds)} predictions already made, the kept shortlist predictor as loaded for the
+    choice or None). Its files are read into memory, so it stays valid when ``out`` is renamed."""
     import shutil
 
     import numpy as np
@@ -349,6 +350,7 @@ def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, option
                               "max_postings_per_term": icfg["shortlist_max_postings_per_term"]}
     done: dict[str, Any] = {}
     keep = mode == "tfidf"
+    shortlist = None
     if mode == "auto" and not has_val:
         record["why"] = "no validation split predicted: nothing to decide on, the index is built"
     elif mode == "auto":
@@ -389,7 +391,8 @@ def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, option
         for child in ("base", "tfidf"):
             shutil.rmtree(out / child)
         section = cls.build(source, out, ds.label_texts, options)
-    return section, record, done
+        shortlist = None
+    return section, record, done, shortlist
 
 
 def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root: str | Path = ".",
@@ -422,16 +425,18 @@ def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root
         t0 = time.perf_counter()
         shortlist: dict[str, Any] = {}
         done: dict[str, Any] = {}
+        predictor = None
         with atomic_dir(root / "indexes" / variant) as tmp:
             opts = predictor_options(params, ds, options)
             if shortlist_mode:
-                section, shortlist, done = _build_shortlist_or_index(cls, source, tmp, ds, opts, params, shortlist_mode,
-                                                                     k, root, chunk, "val" in splits)
+                section, shortlist, done, predictor = _build_shortlist_or_index(
+                    cls, source, tmp, ds, opts, params, shortlist_mode, k, root, chunk, "val" in splits)
             else:
                 section = cls.build(source, tmp, ds.label_texts, opts)
             (tmp / PREDICTOR_SECTION).write_text(json.dumps(section, indent=2) + "\n")
         index_seconds = time.perf_counter() - t0
-        predictor = predictor_class(section["kind"], source).load(root / "indexes" / variant, section, ds.label_texts)
+        if predictor is None:   # (a shortlist chosen on validation is used as loaded for the choice)
+            predictor = predictor_class(section["kind"], source).load(root / "indexes" / variant, section, ds.label_texts)
         is_shortlist = section["kind"] == "shortlist"
         by_split: dict[str, float] = {}
         index_recall: dict[str, Any] = {}

@@ -567,7 +567,7 @@ class ShortlistPredictor(Predictor):
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
-        from xmc.ann.shortlist import rerank
+        from xmc.ann.shortlist import SMALL_FULL_SEARCH, full_search, rerank
 
         cand = self.shortlist.candidates(texts)
         with torch.inference_mode():
@@ -576,7 +576,8 @@ class ShortlistPredictor(Predictor):
         short = np.flatnonzero((cand >= 0).sum(1) < min(k, self.index.ntotal))
         if short.size:   # no shortlist to rank: the exact search over every label
             self.full_searches += int(short.size)
-            D[short], I[short] = _search(self.index, q[short], k)
+            D[short], I[short] = (full_search(q[short], self.label_vectors(), k) if short.size < SMALL_FULL_SEARCH
+                                  else _search(self.index, q[short], k))
         return D, I
 
 
