@@ -340,7 +340,8 @@ def outcomes(repo: Path) -> dict[str, Any]:
 def _shortlist_summary(sl: dict[str, Any]) -> dict[str, Any]:
     """The validation choice between the TF-IDF shortlist and exact search (``index.shortlist``)."""
     test = sl.get("test") or {}
-    return {"kept": sl.get("kept"), "shortlist_k": sl.get("shortlist_k"), "metric": test.get("metric"),
+    return {"kept": sl.get("kept"), "shortlist_k": sl.get("shortlist_k"), "exact_texts": sl.get("exact_texts"),
+            "metric": test.get("metric"),
             "val_shortlist": test.get("a"), "val_exact": test.get("b"), "diff": test.get("diff"),
             "ci95": test.get("ci95"), "p_value": test.get("p_value"), "verdict": test.get("verdict"),
             "seconds_per_1000": sl.get("seconds_per_1000"), "recall_against_exact": sl.get("recall_against_exact")}

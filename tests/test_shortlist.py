@@ -97,7 +97,8 @@ def test_the_prediction_stage_keeps_the_shortlist_and_the_package_serves_it(tmp_
     assert timing["predictor"] == "shortlist" and timing["index_kind"] == "tfidf_shortlist"
     sl = timing["shortlist"]
     assert sl["kept"] and sl["decided_on"] == "val" and sl["test"]["verdict"] == "tie" and sl["texts"] == 9
-    assert set(sl["val_metrics"]) == {"shortlist", "exact"} and 0 <= timing["index_recall"] <= 1
+    assert set(sl["val_metrics_on_exact_texts"]) == {"shortlist", "exact"} and 0 <= timing["index_recall"] <= 1
+    assert sl["shortlist_k"] == 6 and list(sl["sizes"]) == ["6"] and sl["exact_texts"] == 9
     assert json.loads((tmp_path / "indexes/tiny/predictor.json").read_text())["base"]["kind"] == "dense"
 
     # what the stage wrote: the model's scores over the text's 6 labels of highest TF-IDF cosine, best first;
@@ -169,3 +170,24 @@ def test_full_search_of_a_few_texts_equals_exact_search():
     assert np.array_equal(I, I_f) and np.allclose(D, D_f, atol=1e-4)
     D, I = full_search(q[:2], V[:5], 8)                    # fewer labels than k: -1 / -inf pad
     assert (I[:, 5:] == -1).all() and np.isneginf(D[:, 5:]).all() and sorted(I[0, :5].tolist()) == list(range(5))
+
+
+@pytest.mark.parametrize("larger_better", [True, False])
+def test_the_shortlist_size_is_the_smallest_unless_a_larger_is_significantly_better(tmp_path, monkeypatch,
+                                                                                   larger_better):
+    from xmc.methods.base import predict_run
+
+    params, _ = _tiny_run(tmp_path, monkeypatch, "auto")
+    params["index"]["shortlist_k"] = [7, 5]
+    answers = iter([(1.0, 0.001) if larger_better else (1.0, 0.3), (0.0, 1.0)])   # k7 vs k5, then vs exact
+
+    def fake(a, b, metric, *args):
+        diff, p = next(answers)
+        return {"metric": metric, "a": 50.0 + diff, "b": 50.0, "diff": diff, "ci95": [0.0, 0.0], "p_value": p}
+
+    monkeypatch.setattr("xmc.metrics.bootstrap.paired_bootstrap", fake)
+    sl = predict_run(params, "tiny", ("val", "tst"), tmp_path)["tiny"]["shortlist"]
+    chosen = 7 if larger_better else 5
+    assert sl["kept"] and sl["shortlist_k_candidates"] == [5, 7] and sl["shortlist_k"] == chosen
+    assert sl["sizes"]["7"]["test_against_k5"]["verdict"] == ("k7 better" if larger_better else "tie")
+    assert json.loads((tmp_path / "indexes/tiny/predictor.json").read_text())["shortlist_k"] == chosen

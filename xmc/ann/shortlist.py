@@ -97,8 +97,10 @@ class TfidfShortlist:
         self.vectorizer, self.shortlist_k = vectorizer, int(shortlist_k)
         self.X_label_T = transposed_operand(X_label)   # once, not per batch of texts
 
-    def candidates(self, texts: list[str]) -> np.ndarray:
-        return shortlist_candidates(self.vectorizer.transform(texts).tocsr(), None, self.shortlist_k, self.X_label_T)
+    def candidates(self, texts: list[str], shortlist_k: int | None = None) -> np.ndarray:
+        """(texts x shortlist_k) label ids, best TF-IDF cosine first, -1 padded; ``shortlist_k`` None: this one's."""
+        return shortlist_candidates(self.vectorizer.transform(texts).tocsr(), None, shortlist_k or self.shortlist_k,
+                                    self.X_label_T)
 
 
 __all__ = ["SMALL_FULL_SEARCH", "TfidfShortlist", "full_search", "rerank", "shortlist_candidates"]

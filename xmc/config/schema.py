@@ -631,8 +631,13 @@ class IndexConfig(Section):
     # above auto_exact_max a dense run may rank only each text's TF-IDF shortlist (xmc.ann.shortlist): off | auto
     # (kept where its validation metric is not significantly below exact search's) | tfidf (always)
     shortlist: Literal["off", "auto", "tfidf"] = "auto"
-    shortlist_k: Annotated[int, Field(gt=0, le=100_000)] = 200
+    # labels shortlisted per text; a list: auto chooses on the validation split (the smallest unless a larger one
+    # is significantly better)
+    shortlist_k: Annotated[int, Field(gt=0, le=100_000)] | Annotated[list[Annotated[int, Field(gt=0, le=100_000)]],
+                                                                   Field(min_length=1)] = [200, 500]
     shortlist_max_postings_per_term: Annotated[int, Field(ge=0)] = 1000
+    # validation texts on which the shortlist is compared with exact search over every label (O(labels) each)
+    shortlist_decision_texts: Annotated[int, Field(gt=0)] = 2000
 
 
 class ReportConfig(Section):

@@ -303,7 +303,7 @@ def _shortlist_mode(params: dict[str, Any], kind: str, n_labels: int) -> str | N
     mode = icfg["shortlist"]
     if mode == "off" or kind not in ("dense", "unidec") or ANNIndex.from_params(params.get("index")).kind_for(n_labels) == "exact":
         return None
-    if icfg["shortlist_k"] < int(params["evaluate"]["top_k"]):
+    if _shortlist_ks(icfg)[0] < int(params["evaluate"]["top_k"]):
         raise ConfigError(f"params.yaml: index.shortlist_k ({icfg['shortlist_k']}) is below evaluate.top_k "
                           f"({params['evaluate']['top_k']}): every text would be searched over every label")
     return mode
@@ -318,19 +318,33 @@ def _predict_texts(predictor: Any, texts: list[str], k: int, chunk: int) -> tupl
     return D, I
 
 
+def _shortlist_ks(icfg: dict[str, Any]) -> list[int]:
+    """``index.shortlist_k`` as the sorted candidate sizes (one int, or a list the validation split chooses from)."""
+    ks = icfg["shortlist_k"]
+    return sorted({int(x) for x in (ks if isinstance(ks, list) else [ks])})
+
+
 def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, options: dict[str, Any],
                               params: dict[str, Any], mode: str, k: int, root: Path, chunk: int,
                               has_val: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], Any]:
     """Build into ``out`` either a :class:`~xmc.package.predictors.ShortlistPredictor` over the run's predictor
     with an exact index, or (where validation rejects the shortlist) the run's predictor with the index that
-    ``index`` asks for. The choice, on the validation split only: the shortlist is kept unless its
-    ``selection.metric`` is significantly below exact search's on the same texts (paired bootstrap, ties go to
-    the shortlist, whose cost per text does not grow with the labels). Returns (section, the choice's record,
-    {split: (scores, ids, seconds)} predictions already made, the kept shortlist predictor as loaded for the
-    choice or None). Its files are read into memory, so it stays valid when ``out`` is renamed."""
+    ``index`` asks for. Both choices are made on the validation split only, by ``selection.metric`` with a
+    paired bootstrap at ``selection.alpha``:
+
+    * the shortlist size: the smallest of ``index.shortlist_k`` unless a larger one is significantly better
+      (each larger size against the best so far; a smaller shortlist is cheaper);
+    * shortlist or index: the shortlist is kept unless it is significantly below exact search over every label
+      on ``index.shortlist_decision_texts`` validation texts (a fixed random sample) (ties go to the shortlist, whose cost per
+      text does not grow with the labels; exact search is O(labels) per text, hence the sample).
+
+    Returns (section, the choices' record, {split: (scores, ids, seconds)} predictions already made, the kept
+    shortlist predictor as loaded for the choice or None). Its files are read into memory, so it stays valid
+    when ``out`` is renamed."""
     import shutil
 
     import numpy as np
+    import torch
 
     from xmc.ann.index import recall_of
     from xmc.config.schema import IndexConfig, filled
@@ -339,14 +353,15 @@ def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, option
     from xmc.predictions import TopK
 
     icfg = filled(IndexConfig, params.get("index"), "index")
+    ks = _shortlist_ks(icfg)
     exact_dir = out / "exact"
     base = cls.build(source, exact_dir, ds.label_texts, {**options, "index": {**icfg, "kind": "exact", "storage": "float32"}})
     (exact_dir / PREDICTOR_SECTION).write_text(json.dumps(base, indent=2) + "\n")
     section = ShortlistPredictor.build(exact_dir, out, ds.label_texts, {
-        "tfidf_dir": root / "data" / "tfidf", "shortlist_k": icfg["shortlist_k"],
+        "tfidf_dir": root / "data" / "tfidf", "shortlist_k": ks[0],
         "max_postings_per_term": icfg["shortlist_max_postings_per_term"]})
     shutil.rmtree(exact_dir)
-    record: dict[str, Any] = {"mode": mode, "shortlist_k": icfg["shortlist_k"],
+    record: dict[str, Any] = {"mode": mode, "shortlist_k": ks[0], "shortlist_k_candidates": ks,
                               "max_postings_per_term": icfg["shortlist_max_postings_per_term"]}
     done: dict[str, Any] = {}
     keep = mode == "tfidf"
@@ -356,33 +371,73 @@ def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, option
     elif mode == "auto":
         shortlist = ShortlistPredictor.load(out, section, ds.label_texts)
         texts = ds.val.texts
-        t0 = time.perf_counter()
-        D_s, I_s = _predict_texts(shortlist, texts, k, chunk)
-        t_s = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        D_e, I_e = _predict_texts(shortlist.base, texts, k, chunk)
-        t_e = time.perf_counter() - t0
         metric = params.get("selection", {}).get("metric", "P@5")
-        freq = np.asarray(ds.trn.Y.sum(axis=0)).ravel()
-        kw = {"recall_ks": (min(10, k), min(100, k))}
-        c_s = instance_contributions(TopK(I_s.astype(np.int32), D_s.astype(np.float32)), ds.val.Y, freq, ds.trn.Y.shape[0], **kw)
-        c_e = instance_contributions(TopK(I_e.astype(np.int32), D_e.astype(np.float32)), ds.val.Y, freq, ds.trn.Y.shape[0], **kw)
-        bs = bootstrap_settings(params)
-        test = paired_bootstrap(c_s, c_e, metric, bs["n_resamples"], bs["seed"], bs["level"])
         alpha = float(params.get("selection", {}).get("alpha", 0.05))
-        test["verdict"] = verdict(test["p_value"], test["diff"], alpha).replace("A ", "shortlist ").replace("B ", "exact ")
+        bs = bootstrap_settings(params)
+        freq = np.asarray(ds.trn.Y.sum(axis=0)).ravel()
+
+        Y_val = ds.val.Y.tocsr()
+
+        def contributions(D: np.ndarray, I: np.ndarray, rows: Any = slice(None)) -> Any:
+            return instance_contributions(TopK(I.astype(np.int32), D.astype(np.float32)), Y_val[rows], freq,
+                                          ds.trn.Y.shape[0], recall_ks=(min(10, k), min(100, k)))
+
+        def paired(a: Any, b: Any, names: tuple[str, str]) -> dict[str, Any]:
+            test = paired_bootstrap(a, b, metric, bs["n_resamples"], bs["seed"], bs["level"])
+            test["verdict"] = verdict(test["p_value"], test["diff"], alpha).replace(
+                "A ", f"{names[0]} ").replace("B ", f"{names[1]} ")
+            return test
+
+        def shown(c: Any) -> dict[str, float]:
+            return {m: round(v, 2) for m, v in c.values().items()}
+
+        # every size from one candidate list: the shortlist of size K is the first K of the largest (TF-IDF order)
+        t0 = time.perf_counter()
+        cand, q = [], []
+        for i in range(0, len(texts), chunk):
+            cand.append(shortlist.shortlist.candidates(texts[i : i + chunk], ks[-1]))
+            with torch.inference_mode():
+                q.append(shortlist.query_vectors(texts[i : i + chunk]))
+        C, Q = np.concatenate(cand), np.concatenate(q)
+        shared_s = time.perf_counter() - t0
+        by_k: dict[int, Any] = {}
+        sizes: dict[str, Any] = {}
+        for K in ks:
+            shortlist.full_searches = 0
+            t0 = time.perf_counter()
+            D, I = shortlist.rank(Q, C[:, :K], k)
+            secs = shared_s + time.perf_counter() - t0
+            by_k[K] = (D, I, secs, contributions(D, I))
+            sizes[str(K)] = {"val_metrics": shown(by_k[K][3]), "seconds_per_1000": round(1000 * secs / max(len(texts), 1), 3),
+                             "full_searches": shortlist.full_searches}
+        best = ks[0]
+        for K in ks[1:]:
+            test = paired(by_k[K][3], by_k[best][3], (f"k{K}", f"k{best}"))
+            sizes[str(K)][f"test_against_k{best}"] = test
+            if test["verdict"] == f"k{K} better":
+                best = K
+        shortlist.shortlist.shortlist_k = best
+        section = {**section, "shortlist_k": best}
+        D_s, I_s, t_s, _ = by_k[best]
+        m = min(int(icfg["shortlist_decision_texts"]), len(texts))
+        rows = np.sort(np.random.default_rng(0).choice(len(texts), m, replace=False))   # a fixed random sample
+        t0 = time.perf_counter()
+        D_e, I_e = _predict_texts(shortlist.base, [texts[i] for i in rows], k, chunk)
+        t_e = time.perf_counter() - t0
+        c_s, c_e = contributions(D_s[rows], I_s[rows], rows), contributions(D_e, I_e, rows)
+        test = paired(c_s, c_e, ("shortlist", "exact"))
         keep = test["verdict"] != "exact better"
         kk = min(100, k)
         record.update({
-            "decided_on": "val", "texts": len(texts), "test": test,
-            "val_metrics": {"shortlist": {m: round(v, 2) for m, v in c_s.values().items()},
-                            "exact": {m: round(v, 2) for m, v in c_e.values().items()}},
+            "decided_on": "val", "texts": len(texts), "shortlist_k": best, "sizes": sizes,
+            "exact_texts": m, "test": test,
+            "val_metrics_on_exact_texts": {"shortlist": shown(c_s), "exact": shown(c_e)},
             "seconds_per_1000": {"shortlist": round(1000 * t_s / max(len(texts), 1), 3),
-                                 "exact": round(1000 * t_e / max(len(texts), 1), 3)},
-            "recall_at": kk, "recall_against_exact": round(recall_of(I_s[:, :kk], I_e[:, :kk]), 4),
-            "full_searches": {"val": shortlist.full_searches}})
-        log.info("shortlist (top %d by TF-IDF, re-ranked) against exact search on %d validation texts: %s %.2f vs "
-                 "%.2f (diff %+.2f %s, p %.3g) -> %s", icfg["shortlist_k"], len(texts), metric, test["a"], test["b"],
+                                 "exact": round(1000 * t_e / max(m, 1), 3)},
+            "recall_at": kk, "recall_against_exact": round(recall_of(I_s[rows, :kk], I_e[:, :kk]), 4),
+            "full_searches": {"val": sizes[str(best)]["full_searches"]}})
+        log.info("shortlist of %d (of %s) by TF-IDF, re-ranked, against exact search on %d validation texts: %s "
+                 "%.2f vs %.2f (diff %+.2f %s, p %.3g) -> %s", best, ks, m, metric, test["a"], test["b"],
                  test["diff"], test["ci95"], test["p_value"], "shortlist" if keep else "index")
         if keep:
             done["val"] = (D_s, I_s, t_s)
@@ -441,7 +496,7 @@ def predict_run(params: dict[str, Any], name: str, splits: tuple[str, ...], root
         by_split: dict[str, float] = {}
         index_recall: dict[str, Any] = {}
         if is_shortlist and "recall_against_exact" in shortlist:
-            index_recall = {"index_recall_at": shortlist["recall_at"], "index_recall_queries": shortlist["texts"],
+            index_recall = {"index_recall_at": shortlist["recall_at"], "index_recall_queries": shortlist["exact_texts"],
                             "index_recall": shortlist["recall_against_exact"], "index_recall_split": "val"}
         for split in splits:
             t0 = time.perf_counter()

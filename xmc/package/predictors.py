@@ -567,11 +567,16 @@ class ShortlistPredictor(Predictor):
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         import torch
 
-        from xmc.ann.shortlist import SMALL_FULL_SEARCH, full_search, rerank
-
         cand = self.shortlist.candidates(texts)
         with torch.inference_mode():
             q = self.query_vectors(texts)
+        return self.rank(q, cand, k)
+
+    def rank(self, q: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top-``k`` of each row's candidate labels (``cand``, -1 padded) by inner product with its query vector
+        ``q``; a row with fewer than ``k`` candidates is searched over every label."""
+        from xmc.ann.shortlist import SMALL_FULL_SEARCH, full_search, rerank
+
         D, I = rerank(q, self.label_vectors(), cand, k)
         short = np.flatnonzero((cand >= 0).sum(1) < min(k, self.index.ntotal))
         if short.size:   # no shortlist to rank: the exact search over every label
