@@ -5,7 +5,7 @@ Per setting: seconds per 1,000 validation texts (shortlist and re-rank), recall@
 P@5 / PSP@5 / R@100, and the paired bootstrap of P@5 against exact search and against the first setting listed.
 Validation texts only; the library's own code (:class:`xmc.package.predictors.ShortlistPredictor`'s parts).
 
-    python -m bench.shortlist --workspace bench/.scale/repo_100000 --run dexml_bow --out bench/shortlist_1e5.json
+    python -m bench.shortlist --workspace bench/.scale/repo_100000 --run dexml_bow --out bench/shortlist_1e5_dexml_bow.json
 
 Any workspace with a dense predictor in ``indexes/<run>`` and the tfidf stage's ``data/tfidf`` works.
 """

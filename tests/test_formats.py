@@ -641,3 +641,23 @@ def test_subsample_validation_caps_only_the_validation_split():
     assert s.meta["validation"]["groups"] == 1 and s.meta["validation"]["groups_before_subsample"] == 2
     assert subsample_validation(ds, 0) is ds and subsample_validation(ds, 99).val.uids == ds.val.uids
     assert subsample_validation(ds, 1, "instances").val.uids == ds.val.uids[:1]
+
+
+def test_large_json_files_parse_the_same_with_or_without_orjson(tmp_path, monkeypatch):
+    """Large files go through orjson first; what it refuses (a huge int, NaN, a malformed line) still parses as
+    json does, or fails with json's line number."""
+    import math
+
+    import xmc.io as io
+    from xmc.errors import DataFormatError
+
+    monkeypatch.setattr(io, "_LARGE_JSON", 10)
+    f = tmp_path / "v.json"
+    obj = {"a b": 1, "ü": [1.5, None, True], "n": 2**70}
+    f.write_text(json.dumps(obj))
+    assert io.read_json_file(f) == obj
+    f.write_text('{"x": NaN}')
+    assert math.isnan(io.read_json_file(f)["x"])
+    f.write_text('{"x": 1,\n "y": }')
+    with pytest.raises(DataFormatError, match=r"v\.json:2: malformed JSON"):
+        io.read_json_file(f)
