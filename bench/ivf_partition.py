@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -63,22 +62,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
-    ws = Path(args.workspace).resolve()
-    sys.path.insert(0, str(ws))   # the workspace's code reads its own outputs
+    from bench.workspace import load_dense_run
+
+    ws, _, ds, predictor = load_dense_run(args.workspace, args.run, args.threads)
     import faiss
     import torch
-    import yaml
 
     from xmc.ann.index import ANNIndex, recall_of
-    from xmc.data import load_processed
-    from xmc.package.predictors import DensePredictor
 
-    faiss.omp_set_num_threads(args.threads)
-    torch.set_num_threads(args.threads)
-    params = yaml.safe_load((ws / "params.yaml").read_text())
-    ds = load_processed(ws / params["data"]["processed_dir"], splits=("trn", "val"))
-    section = json.loads((ws / "indexes" / args.run / "predictor.json").read_text())
-    predictor = DensePredictor.load(ws / "indexes" / args.run, section, ds.label_texts)
     V = np.ascontiguousarray(predictor.index.vectors(), dtype=np.float32)
     d, L = V.shape[1], len(V)
     nlist = args.nlist or ANNIndex().nlist_for(L)   # the library's IVF sizing

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -32,30 +31,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
-    ws = Path(args.workspace).resolve()
-    sys.path.insert(0, str(ws))   # the workspace's code reads its own outputs
+    from bench.workspace import load_dense_run
+
+    ws, _, ds, predictor = load_dense_run(args.workspace, args.run, args.threads)
     import faiss
     import scipy.sparse as sp
     import torch
-    import yaml
 
     from xmc.ann.index import recall_of
     from xmc.ann.shortlist import rerank, shortlist_candidates
-    from xmc.data import load_processed
     from xmc.metrics.bootstrap import instance_contributions, paired_bootstrap, verdict
-    from xmc.package.predictors import DensePredictor, UniDECPredictor, _load_vectorizer
+    from xmc.package.predictors import _load_vectorizer
     from xmc.predictions import TopK
     from xmc.sparse_topk import prune_postings
 
-    faiss.omp_set_num_threads(args.threads)
-    torch.set_num_threads(args.threads)
-    params = yaml.safe_load((ws / "params.yaml").read_text())
-    ds = load_processed(ws / params["data"]["processed_dir"], splits=("trn", "val"))
-    section = json.loads((ws / "indexes" / args.run / "predictor.json").read_text())
-    base = section if section["kind"] != "shortlist" else section["base"]
-    root = ws / "indexes" / args.run / ("base" if section["kind"] == "shortlist" else "")
-    cls = {"dense": DensePredictor, "unidec": UniDECPredictor}[base["kind"]]
-    predictor = cls.load(root, base, ds.label_texts)
     V = np.ascontiguousarray(predictor.index.vectors(), dtype=np.float32)
     texts = ds.val.texts
     with torch.inference_mode():
