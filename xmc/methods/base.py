@@ -296,7 +296,6 @@ def _shortlist_mode(params: dict[str, Any], kind: str, n_labels: int) -> str | N
     (``auto_exact_max``, or an approximate ``index.kind``); None otherwise."""
     from xmc.ann import ANNIndex
     from xmc.config.schema import IndexConfig, filled
-
     from xmc.errors import ConfigError
 
     icfg = filled(IndexConfig, params.get("index"), "index")
@@ -335,8 +334,8 @@ def _build_shortlist_or_index(cls: Any, source: Path, out: Path, ds: Any, option
     * the shortlist size: the smallest of ``index.shortlist_k`` unless a larger one is significantly better
       (each larger size against the best so far; a smaller shortlist is cheaper);
     * shortlist or index: the shortlist is kept unless it is significantly below exact search over every label
-      on ``index.shortlist_decision_texts`` validation texts (a fixed random sample) (ties go to the shortlist, whose cost per
-      text does not grow with the labels; exact search is O(labels) per text, hence the sample).
+      on a fixed random sample of ``index.shortlist_decision_texts`` validation texts. Ties go to the shortlist,
+      whose cost per text does not grow with the labels; exact search is O(labels) per text, hence the sample.
 
     Returns (section, the choices' record, {split: (scores, ids, seconds)} predictions already made, the kept
     shortlist predictor as loaded for the choice or None). Its files are read into memory, so it stays valid
