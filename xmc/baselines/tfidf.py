@@ -165,15 +165,17 @@ def label_prior_predict(train_label_freq: np.ndarray, n_rows: int, k: int) -> To
     return TopK(np.repeat(one.indices, n_rows, 0), np.repeat(one.scores, n_rows, 0))
 
 
-def tfidf_zero_shot(X_query: sp.csr_matrix, X_label: sp.csr_matrix, k: int, chunk: int = 512) -> TopK:
+def tfidf_zero_shot(X_query: sp.csr_matrix, X_label: sp.csr_matrix | None, k: int, chunk: int = 512,
+                    X_label_T: sp.csr_matrix | None = None) -> TopK:
     """Cosine between instance and label TF-IDF vectors; no training labels used.
 
     Scores are sparse products of blocks of at most ``chunk`` query rows (fewer where the block's
     product would pass :data:`xmc.sparse_topk.NNZ_BUDGET` nonzeros): no dense block x labels array,
     so time and memory follow the nonzero scores, with millions of labels. Same ranking as a dense
     top-k: labels sharing no term score 0 and fill rows with fewer than ``k`` matches, lowest ids first.
+    ``X_label_T``: ``X_label`` already transposed (:func:`xmc.sparse_topk.transposed_operand`), for repeated calls.
     """
-    return sparse_product_topk(X_query, X_label, k, max_rows=chunk, desc="tfidf zero-shot")
+    return sparse_product_topk(X_query, X_label, k, max_rows=chunk, desc="tfidf zero-shot", BT=X_label_T)
 
 
 def knn_label_voting(X_query: sp.csr_matrix, X_train: sp.csr_matrix, Y_train: sp.csr_matrix, n_neighbors: int, k: int,
