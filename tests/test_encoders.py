@@ -28,6 +28,64 @@ def test_transformer_matches_sentence_transformers_and_is_normalised(minilm):
     assert np.allclose(ours, st.encode(TEXTS), atol=1e-5)
 
 
+def test_length_buckets_is_the_cheapest_split_of_the_sorted_batch():
+    """Every index once, groups of contiguous sorted lengths, and the least padded tokens + overhead of every split
+    of the distinct lengths into runs (all 2^(m-1) of them, checked by enumeration on small batches)."""
+    import itertools
+
+    from xmc.encoders.transformer import length_buckets
+
+    def cost(lengths, groups, overhead):
+        return sum(len(g) * int(lengths[g].max()) + overhead for g in groups)
+
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        lengths = rng.integers(3, 13, size=int(rng.integers(1, 60)))
+        overhead = int(rng.choice([0, 16, 64, 256, 10_000]))
+        groups = length_buckets(lengths, overhead)
+        assert sorted(np.concatenate(groups).tolist()) == list(range(len(lengths)))
+        assert all(lengths[a].max() < lengths[b].min() for a, b in zip(groups, groups[1:]))
+        values, counts = np.unique(lengths, return_counts=True)
+        m = len(values)
+        best = min(sum(int(counts[s:e].sum()) * int(values[e - 1]) + overhead for s, e in zip((0, *cuts), (*cuts, m)))
+                   for r in range(m) for cuts in itertools.combinations(range(1, m), r))
+        assert cost(lengths, groups, overhead) == best
+    assert len(length_buckets(np.array([5, 30, 5, 30]), 10_000)) == 1   # splitting costs more than the padding
+    assert [sorted(g.tolist()) for g in length_buckets(np.array([5, 30, 5, 30]), 0)] == [[0, 2], [1, 3]]
+    assert length_buckets(np.array([], np.int64)) == []
+
+
+def test_a_batch_split_by_length_gives_the_vectors_and_gradients_of_one_padded_pass():
+    """The transformer's forward pads each length group to its own longest text; padding is masked, so vectors
+    (eval mode) and parameter gradients equal those of the whole batch padded to its longest text."""
+    enc = TransformerEncoder(max_len_query=32, max_len_label=32)
+    texts = ["a .", "The jury said the election was fair and that the city had handled it well .", "bank",
+             "bank (n): sloping land (especially the slope beside a body of water) they pulled the canoe up",
+             "go", "He said the court ruled in favour of the defendants after a long and careful review of it ."]
+    enc.eval()
+    whole = TransformerEncoder.bucket_overhead_tokens
+
+    def run(overhead):
+        enc.bucket_overhead_tokens = overhead
+        enc.zero_grad()
+        v = enc(texts, "query")
+        (v * torch.linspace(-1, 1, v.shape[1])).sum().backward()
+        grad = enc.query_model.encoder.layer[0].attention.self.query.weight.grad.clone()
+        return v.detach(), grad
+
+    try:
+        split_v, split_g = run(0)          # one group per distinct length
+        one_v, one_g = run(10**9)          # one group: the whole batch padded
+    finally:
+        enc.bucket_overhead_tokens = whole
+    assert torch.allclose(split_v, one_v, atol=2e-6)
+    assert torch.allclose(split_g, one_g, atol=1e-6, rtol=1e-4)
+    # encode sorts by token count and keeps the input order
+    one_by_one = np.stack([enc.encode([t], "label")[0] for t in texts])
+    assert np.allclose(enc.encode(texts, "label", batch_size=4), one_by_one, atol=2e-6)
+    assert enc.length_keys(["a", "a b c d e f"], "query").tolist() == [3, 8]
+
+
 def test_transformers_alone_loads_what_sentence_transformers_loads(minilm, tmp_path):
     """The encoder loads a plain sentence-transformers folder through transformers (no sentence-transformers
     import): the same tokenizer and weights, bit for bit; a folder that asks for more (lower-casing) goes through

@@ -60,6 +60,11 @@ class TextEncoder(nn.Module):
         weights override it to encode both sides in one pass."""
         return self(list(query_texts), "query"), self(list(label_texts), "label")
 
+    def length_keys(self, texts: Sequence[str], side: str) -> np.ndarray:
+        """What :meth:`encode` sorts texts by before batching them, so that a batch's texts cost alike: their
+        length in characters here; a subword encoder gives its token counts."""
+        return np.fromiter((len(t) for t in texts), np.int64, count=len(texts))
+
     @property
     def device(self) -> torch.device:
         return next(self.parameters()).device
@@ -83,7 +88,7 @@ class TextEncoder(nn.Module):
         was_training = self.training
         self.eval()
         # batches of similar length waste little compute on padding; results are put back in order
-        order = np.argsort([len(t) for t in texts], kind="stable")
+        order = np.argsort(self.length_keys(texts, side), kind="stable")
         if out is None:
             out = np.zeros((len(texts), self.dim), np.float32)
         elif out.shape != (len(texts), self.dim):

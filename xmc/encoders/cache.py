@@ -5,7 +5,7 @@ first hard-negative refresh and the MiniLM zero-shot prediction), and again on e
 setting: about 4 minutes each on a 2-core box. The key is everything the vectors depend on: the encoder's kind,
 pooling, the side's maximum length and label view, its tokenizer (the backend's full definition, without the
 per-call truncation and padding state), every weight of the side's model, the torch and transformers versions,
-and the texts in order. A hit returns the stored array, which is the one encoding these texts with these weights
+the way batches are formed, and the texts in order. A hit returns the stored array, which is the one encoding these texts with these weights
 in this order computed, bit for bit; a changed weight or text is a different key. Outputs therefore do not depend
 on whether the cache was warm, which is why it is not a DVC dependency.
 
@@ -99,7 +99,9 @@ def encoding_key(encoder: Any, texts: list[str], side: str) -> str | None:
     model = encoder.query_model if side == "query" else encoder.label_model
     head = {"kind": encoder.kind, "pooling": encoder.pooling, "side": side, "max_len": encoder.max_len[side],
             "label_text": encoder.label_text if side == "label" else "", "torch": torch.__version__,
-            "transformers": transformers.__version__, "n": len(texts)}
+            "transformers": transformers.__version__, "n": len(texts),
+            # how batches are formed changes the vectors in their last bits (other matrix shapes)
+            "batching": "token-sorted, length groups"}
     h.update(json.dumps(head, sort_keys=True).encode())
     h.update(_tokenizer_definition(encoder.tokenizer).encode())
     with torch.no_grad():

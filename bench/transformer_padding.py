@@ -1,0 +1,188 @@
+"""The transformer encoder with and without length-bucketed batches, in one process.
+
+A batch is padded to its longest text. :meth:`TransformerEncoder.encode` used to sort texts by characters before
+batching them, and a training step sent its whole batch (DEXML: 64 sentences + their 128 label texts in one pass)
+padded to its longest text, at 32 tokens for label texts of 20 tokens on average, at 64 for MACLR's sentences of
+26. The encoder now sorts by token count (``length_keys``) and passes a batch through the model in groups of
+similar length (:func:`xmc.encoders.transformer.length_buckets`), each padded to its own longest text. Padding is
+masked out of attention and pooling, so the vectors are the same to float rounding (``max_abs_diff`` below).
+
+Each case runs the old way (``old``: texts sorted by characters, one padded pass per batch) and the new way
+(``new``), alternating, ``--repeats`` times, and reports the median seconds, the ratio and the padded tokens each
+way sent through the model:
+
+* ``label_encoding``: ``--labels`` label texts drawn at random (seed 0), encoded in batches of 256 (the predict
+  stages' and the hard-negative refreshes' pass over every label, max length 32);
+* ``dexml_step``: ``--steps`` training steps of the ``dexml`` run's shape: forward and backward of 64 sentences
+  and 128 label texts in one pass (max length 32, train mode, dropout on);
+* ``maclr_query_step``: ``--steps`` forward and backward passes of 64 sentences at MACLR's query length (64).
+
+    python -m bench.transformer_padding [--processed data/processed] [--labels 4096] [--steps 8] [--repeats 3]
+        [--out bench/transformer_padding.json]
+
+Not a test: run it on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _texts(path: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in path.open()]
+
+
+def padded_tokens(lengths: np.ndarray, batches: list[np.ndarray], bucketed: bool, overhead: int) -> int:
+    """Tokens a batch sequence sends through the model, padding included."""
+    from xmc.encoders.transformer import length_buckets
+
+    total = 0
+    for b in batches:
+        groups = length_buckets(lengths[b], overhead) if bucketed else [np.arange(len(b))]
+        total += sum(len(g) * int(lengths[b][g].max()) for g in groups)
+    return total
+
+
+class _Old:
+    """The encoder as it was: sorted by characters, one padded pass per batch."""
+
+    def __init__(self, enc: Any) -> None:
+        self.enc = enc
+
+    def __enter__(self) -> None:
+        from xmc.encoders.base import TextEncoder
+
+        self.overhead = self.enc.bucket_overhead_tokens
+        self.enc.bucket_overhead_tokens = 10**12   # splitting never pays: one group
+        self.enc.length_keys = lambda texts, side: TextEncoder.length_keys(self.enc, texts, side)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.enc.bucket_overhead_tokens = self.overhead
+        del self.enc.length_keys
+
+
+def alternate(repeats: int, old: Callable[[], Any], new: Callable[[], Any]) -> dict[str, Any]:
+    times: dict[str, list[float]] = {"old": [], "new": []}
+    out: dict[str, Any] = {}
+    for r in range(repeats):
+        for name, fn in (("old", old), ("new", new)) if r % 2 == 0 else (("new", new), ("old", old)):
+            t = time.perf_counter()
+            out[name] = fn()
+            times[name].append(round(time.perf_counter() - t, 3))
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"seconds": times, "median_s": med, "speedup": round(med["old"] / med["new"], 3), "_results": out}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--processed", default="data/processed")
+    ap.add_argument("--labels", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="bench/transformer_padding.json")
+    args = ap.parse_args(argv)
+
+    from xmc.config import set_offline_env
+
+    set_offline_env()
+    import torch
+
+    from xmc.encoders.transformer import TransformerEncoder
+
+    processed = Path(args.processed)
+    labels, sentences = _texts(processed / "lbl.jsonl"), _texts(processed / "trn.jsonl")
+    rng = np.random.default_rng(0)
+    result: dict[str, Any] = {
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
+        "args": vars(args), "cases": {}}
+
+    # label encoding: the predict stages' and refreshes' pass (eval mode, no gradient)
+    enc = TransformerEncoder(max_len_query=32, max_len_label=32)
+    sample = [labels[i] for i in rng.choice(len(labels), size=min(args.labels, len(labels)), replace=False)]
+    lengths = enc.token_lengths(sample, "label")
+    old_order = np.argsort([len(t) for t in sample], kind="stable")
+    new_order = np.argsort(lengths, kind="stable")
+    overhead = enc.bucket_overhead_tokens
+    cut = lambda order: [order[s : s + 256] for s in range(0, len(order), 256)]   # noqa: E731
+
+    def encode_old() -> np.ndarray:
+        with _Old(enc):
+            return enc.encode(sample, "label", batch_size=256)
+
+    r = alternate(args.repeats, encode_old, lambda: enc.encode(sample, "label", batch_size=256))
+    res = r.pop("_results")
+    r.update(texts=len(sample), real_tokens=int(lengths.sum()),
+             padded_tokens={"old": padded_tokens(lengths, cut(old_order), False, overhead),
+                            "new": padded_tokens(lengths, cut(new_order), True, overhead)},
+             max_abs_diff=float(np.abs(res["old"] - res["new"]).max()))
+    result["cases"]["label_encoding"] = r
+    print(f"label_encoding: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}, "
+          f"real {r['real_tokens']}, max |diff| {r['max_abs_diff']:.2e}", flush=True)
+
+    def steps(encoder: Any, batches: list[tuple[list[str], list[str]]], pair: bool) -> float:
+        encoder.train()
+        loss_sum = 0.0
+        for q, lab in batches:
+            encoder.zero_grad(set_to_none=True)
+            if pair:
+                qv, lv = encoder.encode_pair(q, lab)
+                loss = (qv @ lv.T).logsumexp(1).mean()
+            else:
+                loss = encoder(q, "query").sum(0).norm()
+            loss.backward()
+            loss_sum += float(loss.detach())
+        return loss_sum
+
+    # a DEXML step: 64 sentences and 128 label texts (positive + negative per sentence) in one pass
+    dexml_batches = [([sentences[i] for i in rng.choice(len(sentences), 64)],
+                      [labels[i] for i in rng.choice(len(labels), 128)]) for _ in range(args.steps)]
+    step_lengths = [np.concatenate([enc.token_lengths(q, "query"), enc.token_lengths(lab, "label")])
+                    for q, lab in dexml_batches]
+
+    def dexml_old() -> float:
+        with _Old(enc):
+            return steps(enc, dexml_batches, True)
+
+    r = alternate(args.repeats, dexml_old, lambda: steps(enc, dexml_batches, True))
+    r.pop("_results")
+    r.update(steps=args.steps, real_tokens=int(sum(x.sum() for x in step_lengths)),
+             padded_tokens={"old": sum(padded_tokens(x, [np.arange(len(x))], False, overhead) for x in step_lengths),
+                            "new": sum(padded_tokens(x, [np.arange(len(x))], True, overhead) for x in step_lengths)})
+    result["cases"]["dexml_step"] = r
+    print(f"dexml_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}", flush=True)
+
+    # MACLR's sentences at its query length
+    enc64 = TransformerEncoder(max_len_query=64, max_len_label=32)
+    maclr_batches = [([sentences[i] for i in rng.choice(len(sentences), 64)], []) for _ in range(args.steps)]
+    q_lengths = [enc64.token_lengths(q, "query") for q, _ in maclr_batches]
+
+    def maclr_old() -> float:
+        with _Old(enc64):
+            return steps(enc64, maclr_batches, False)
+
+    r = alternate(args.repeats, maclr_old, lambda: steps(enc64, maclr_batches, False))
+    r.pop("_results")
+    r.update(steps=args.steps, real_tokens=int(sum(x.sum() for x in q_lengths)),
+             padded_tokens={"old": sum(padded_tokens(x, [np.arange(len(x))], False, overhead) for x in q_lengths),
+                            "new": sum(padded_tokens(x, [np.arange(len(x))], True, overhead) for x in q_lengths)})
+    result["cases"]["maclr_query_step"] = r
+    print(f"maclr_query_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}", flush=True)
+
+    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
