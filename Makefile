@@ -39,11 +39,14 @@ $(PECOS_VENV)/.installed: Makefile
 	$(PECOS_VENV)/bin/python -m pip install -q --no-deps "libpecos==1.2.8"
 	touch $@
 
-.dvc/config:
+.dvc/config: | $(VENV)/.installed
 	@if git rev-parse --git-dir >/dev/null 2>&1; then $(BIN)/dvc init -q; else $(BIN)/dvc init -q --no-scm; fi
 	$(BIN)/dvc config core.analytics false
 
-setup: $(VENV)/.installed $(PECOS_VENV)/.installed .dvc/config
+# the two environments install side by side (each pip mostly waits on downloads and unpacking, one core each)
+setup:
+	@$(MAKE) --no-print-directory -j2 $(VENV)/.installed $(PECOS_VENV)/.installed
+	@$(MAKE) --no-print-directory .dvc/config
 
 # The package@<run> stages (their own dvc.yaml, joined with the others into one pipeline: see dvc.yaml)
 PACKAGES := pipelines/package/dvc.yaml
