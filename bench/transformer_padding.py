@@ -9,7 +9,8 @@ masked out of attention and pooling, so the vectors are the same to float roundi
 
 Each case runs the old way (``old``: texts sorted by characters, one padded pass per batch) and the new way
 (``new``), alternating, ``--repeats`` times, and reports the median seconds, the ratio and the padded tokens each
-way sent through the model:
+way sent through the model, and each way's time over the roofline (the real tokens' FLOPs at the matrix-product
+peak measured in the same process; a training step counted as three forwards):
 
 * ``label_encoding``: ``--labels`` label texts drawn at random (seed 0), encoded in batches of 256 (the predict
   stages' and the hard-negative refreshes' pass over every label, max length 32);
@@ -41,6 +42,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _texts(path: Path) -> list[str]:
     return [json.loads(line)["text"] for line in path.open()]
+
+
+def text_flops(n: np.ndarray | int, cfg: Any) -> float:
+    """Forward FLOPs of texts of ``n`` tokens through a BERT-style encoder: per layer the four h x h projections and
+    the two feed-forward matrices (2 FLOPs a multiply-add per token) and attention's two n x n x h products."""
+    n = np.asarray(n, np.float64)
+    h, inter, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    return float((layers * (2 * n * (4 * h * h + 2 * h * inter) + 4 * n * n * h)).sum())
+
+
+def roofline(case: dict[str, Any], real_flops: float, peak_gflops: float) -> None:
+    """The case's FLOPs on its real tokens over the machine's matrix-product peak: no padding, every FLOP at peak."""
+    floor = real_flops / (peak_gflops * 1e9)
+    case["roofline_s"] = round(floor, 3)
+    case["measured_over_roofline"] = {k: round(v / floor, 2) for k, v in case["median_s"].items()}
 
 
 def padded_tokens(lengths: np.ndarray, batches: list[np.ndarray], bucketed: bool, overhead: int) -> int:
@@ -98,14 +114,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     set_offline_env()
     import torch
 
+    from bench.bow_training_speed import machine_peaks
     from xmc.encoders.transformer import TransformerEncoder
 
+    peaks = machine_peaks()
+    print(f"machine: {peaks}", flush=True)
     processed = Path(args.processed)
     labels, sentences = _texts(processed / "lbl.jsonl"), _texts(processed / "trn.jsonl")
     rng = np.random.default_rng(0)
     result: dict[str, Any] = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "torch_threads": torch.get_num_threads(), "torch": torch.__version__},
+                    "torch_threads": torch.get_num_threads(), "torch": torch.__version__, **peaks},
         "args": vars(args), "cases": {}}
 
     # label encoding: the predict stages' and refreshes' pass (eval mode, no gradient)
@@ -127,9 +146,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              padded_tokens={"old": padded_tokens(lengths, cut(old_order), False, overhead),
                             "new": padded_tokens(lengths, cut(new_order), True, overhead)},
              max_abs_diff=float(np.abs(res["old"] - res["new"]).max()))
+    cfg = enc.query_model.config
+    roofline(r, text_flops(lengths, cfg), peaks["matmul_GFLOPs"])
     result["cases"]["label_encoding"] = r
     print(f"label_encoding: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}, "
-          f"real {r['real_tokens']}, max |diff| {r['max_abs_diff']:.2e}", flush=True)
+          f"real {r['real_tokens']}, max |diff| {r['max_abs_diff']:.2e}, over roofline {r['measured_over_roofline']}",
+          flush=True)
 
     def steps(encoder: Any, batches: list[tuple[list[str], list[str]]], pair: bool) -> float:
         encoder.train()
@@ -160,8 +182,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     r.update(steps=args.steps, real_tokens=int(sum(x.sum() for x in step_lengths)),
              padded_tokens={"old": sum(padded_tokens(x, [np.arange(len(x))], False, overhead) for x in step_lengths),
                             "new": sum(padded_tokens(x, [np.arange(len(x))], True, overhead) for x in step_lengths)})
+    # a training step: the forward and a backward of about twice its FLOPs
+    roofline(r, 3 * sum(text_flops(x, cfg) for x in step_lengths), peaks["matmul_GFLOPs"])
     result["cases"]["dexml_step"] = r
-    print(f"dexml_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}", flush=True)
+    print(f"dexml_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}, "
+          f"over roofline {r['measured_over_roofline']}", flush=True)
 
     # MACLR's sentences at its query length
     enc64 = TransformerEncoder(max_len_query=64, max_len_label=32)
@@ -177,8 +202,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     r.update(steps=args.steps, real_tokens=int(sum(x.sum() for x in q_lengths)),
              padded_tokens={"old": sum(padded_tokens(x, [np.arange(len(x))], False, overhead) for x in q_lengths),
                             "new": sum(padded_tokens(x, [np.arange(len(x))], True, overhead) for x in q_lengths)})
+    roofline(r, 3 * sum(text_flops(x, cfg) for x in q_lengths), peaks["matmul_GFLOPs"])
     result["cases"]["maclr_query_step"] = r
-    print(f"maclr_query_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}", flush=True)
+    print(f"maclr_query_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}, "
+          f"over roofline {r['measured_over_roofline']}", flush=True)
 
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return result
