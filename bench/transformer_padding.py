@@ -167,45 +167,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             loss_sum += float(loss.detach())
         return loss_sum
 
+    def step_case(name: str, encoder: Any, batches: list[tuple[list[str], list[str]]], pair: bool) -> None:
+        """Old and new training steps over the same batches; a step's FLOPs counted as three forwards (the
+        backward does about twice the forward's)."""
+        lengths = [np.concatenate([encoder.token_lengths(q, "query"), encoder.token_lengths(lab, "label")])
+                   for q, lab in batches]
+
+        def old() -> float:
+            with _Old(encoder):
+                return steps(encoder, batches, pair)
+
+        r = alternate(args.repeats, old, lambda: steps(encoder, batches, pair))
+        r.pop("_results")
+        whole = [[np.arange(len(x))] for x in lengths]
+        r.update(steps=len(batches), real_tokens=int(sum(x.sum() for x in lengths)),
+                 padded_tokens={way: sum(padded_tokens(x, w, way == "new", overhead) for x, w in zip(lengths, whole))
+                                for way in ("old", "new")})
+        roofline(r, 3 * sum(text_flops(x, cfg) for x in lengths), peaks["matmul_GFLOPs"])
+        result["cases"][name] = r
+        print(f"{name}: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}, "
+              f"over roofline {r['measured_over_roofline']}", flush=True)
+
     # a DEXML step: 64 sentences and 128 label texts (positive + negative per sentence) in one pass
-    dexml_batches = [([sentences[i] for i in rng.choice(len(sentences), 64)],
-                      [labels[i] for i in rng.choice(len(labels), 128)]) for _ in range(args.steps)]
-    step_lengths = [np.concatenate([enc.token_lengths(q, "query"), enc.token_lengths(lab, "label")])
-                    for q, lab in dexml_batches]
-
-    def dexml_old() -> float:
-        with _Old(enc):
-            return steps(enc, dexml_batches, True)
-
-    r = alternate(args.repeats, dexml_old, lambda: steps(enc, dexml_batches, True))
-    r.pop("_results")
-    r.update(steps=args.steps, real_tokens=int(sum(x.sum() for x in step_lengths)),
-             padded_tokens={"old": sum(padded_tokens(x, [np.arange(len(x))], False, overhead) for x in step_lengths),
-                            "new": sum(padded_tokens(x, [np.arange(len(x))], True, overhead) for x in step_lengths)})
-    # a training step: the forward and a backward of about twice its FLOPs
-    roofline(r, 3 * sum(text_flops(x, cfg) for x in step_lengths), peaks["matmul_GFLOPs"])
-    result["cases"]["dexml_step"] = r
-    print(f"dexml_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}, "
-          f"over roofline {r['measured_over_roofline']}", flush=True)
-
+    step_case("dexml_step", enc, [([sentences[i] for i in rng.choice(len(sentences), 64)],
+                                   [labels[i] for i in rng.choice(len(labels), 128)]) for _ in range(args.steps)], True)
     # MACLR's sentences at its query length
-    enc64 = TransformerEncoder(max_len_query=64, max_len_label=32)
-    maclr_batches = [([sentences[i] for i in rng.choice(len(sentences), 64)], []) for _ in range(args.steps)]
-    q_lengths = [enc64.token_lengths(q, "query") for q, _ in maclr_batches]
-
-    def maclr_old() -> float:
-        with _Old(enc64):
-            return steps(enc64, maclr_batches, False)
-
-    r = alternate(args.repeats, maclr_old, lambda: steps(enc64, maclr_batches, False))
-    r.pop("_results")
-    r.update(steps=args.steps, real_tokens=int(sum(x.sum() for x in q_lengths)),
-             padded_tokens={"old": sum(padded_tokens(x, [np.arange(len(x))], False, overhead) for x in q_lengths),
-                            "new": sum(padded_tokens(x, [np.arange(len(x))], True, overhead) for x in q_lengths)})
-    roofline(r, 3 * sum(text_flops(x, cfg) for x in q_lengths), peaks["matmul_GFLOPs"])
-    result["cases"]["maclr_query_step"] = r
-    print(f"maclr_query_step: {r['median_s']} s, {r['speedup']}x, padded tokens {r['padded_tokens']}, "
-          f"over roofline {r['measured_over_roofline']}", flush=True)
+    step_case("maclr_query_step", TransformerEncoder(max_len_query=64, max_len_label=32),
+              [([sentences[i] for i in rng.choice(len(sentences), 64)], []) for _ in range(args.steps)], False)
 
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     return result
