@@ -159,8 +159,8 @@ class TransformerEncoder(TextEncoder):
     def length_keys(self, texts: Sequence[str], side: str) -> np.ndarray:
         return self.token_lengths(texts, side)
 
-    def _pooled(self, model: nn.Module, texts: list[str], side: str) -> torch.Tensor:
-        tok = {k: v.to(self.device) for k, v in self.tokenize(texts, side).items()}
+    def _pooled(self, model: nn.Module, tok: Any) -> torch.Tensor:
+        tok = {k: v.to(self.device) for k, v in tok.items()}
         hidden = model(**tok).last_hidden_state
         if self.pooling == "cls":
             return hidden[:, 0]
@@ -172,16 +172,22 @@ class TransformerEncoder(TextEncoder):
         of similar length (:func:`length_buckets`), each padded only to its own longest text: a training batch
         of sentences and label texts padded to its longest text is about a third padding at 32 tokens, more at 64.
         Padding is masked out of attention and pooling, so the vectors are the ones of one padded pass (to float
-        rounding) and gradients flow through every group."""
+        rounding) and gradients flow through every group. The texts are tokenised once; each group pads its
+        share of the token ids (the same tensors as tokenising the group with padding)."""
         if side not in SIDES:
             raise ValueError(f"side must be one of {SIDES}")
         model = self.query_model if side == "query" else self.label_model
         texts = self.side_texts(list(texts), side)
-        groups = length_buckets(self._token_counts(texts, side), self.bucket_overhead_tokens) if len(texts) > 1 else []
-        if len(groups) <= 1:
-            pooled = self._pooled(model, texts, side)
+        if len(texts) <= 1:
+            return F.normalize(self.dropout(self._pooled(model, self.tokenize(texts, side))), dim=-1)
+        enc = self.tokenizer(texts, truncation=True, max_length=self.max_len[side])
+        groups = length_buckets([len(ids) for ids in enc["input_ids"]], self.bucket_overhead_tokens)
+        if len(groups) == 1:
+            pooled = self._pooled(model, self.tokenizer.pad(enc, return_tensors="pt"))
         else:
-            parts = torch.cat([self._pooled(model, [texts[i] for i in g], side) for g in groups])
+            parts = torch.cat([self._pooled(model, self.tokenizer.pad({k: [v[i] for i in g] for k, v in enc.items()},
+                                                                      return_tensors="pt"))
+                               for g in groups])
             back = torch.from_numpy(np.argsort(np.concatenate(groups), kind="stable")).to(self.device)
             pooled = parts[back]   # each text's vector back in its place
         return F.normalize(self.dropout(pooled), dim=-1)
