@@ -5,9 +5,9 @@ first hard-negative refresh and the MiniLM zero-shot prediction), and again on e
 setting: about 4 minutes each on a 2-core box. The key is everything the vectors depend on: the encoder's kind,
 pooling, the side's maximum length and label view, its tokenizer (the backend's full definition, without the
 per-call truncation and padding state), every weight of the side's model, the torch and transformers versions,
-the way batches are formed, and the texts in order. A hit returns the stored array, which is the one encoding these texts with these weights
-in this order computed, bit for bit; a changed weight or text is a different key. Outputs therefore do not depend
-on whether the cache was warm, which is why it is not a DVC dependency.
+the way batches are formed, and the texts in order. A hit returns the stored array, which is the one encoding
+these texts with these weights in this order computed, bit for bit; a changed weight or text is a different key.
+Outputs therefore do not depend on whether the cache was warm, which is why it is not a DVC dependency.
 
 Off unless configured (``params.yaml: encode_cache``, applied by the train and predict stages, or
 :func:`configure`); entries are ``<sha256>.npy`` files written atomically, the least recently used removed past
