@@ -146,9 +146,7 @@ class TransformerEncoder(TextEncoder):
     def token_lengths(self, texts: Sequence[str], side: str) -> np.ndarray:
         """Each text's token count on ``side`` (special tokens included, at most the side's maximum length), as
         ``side`` reads it; tokenised in chunks so that 10^6 label texts never hold all their ids at once."""
-        return self._token_counts(self.side_texts(list(texts), side), side)
-
-    def _token_counts(self, texts: list[str], side: str) -> np.ndarray:
+        texts = self.side_texts(list(texts), side)
         out = np.zeros(len(texts), np.int64)
         for s in range(0, len(texts), 8192):
             enc = self.tokenizer(texts[s : s + 8192], truncation=True, max_length=self.max_len[side],
