@@ -16,16 +16,23 @@ export GX_ANALYTICS_ENABLED := False
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS := 90
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/$(BIN):$(PATH)
+# Each of the pipeline's ~120 stages is a fresh Python process: let them keep the byte code of xmc/ and stages/
+# (.gitignore and .dvcignore leave __pycache__ out of git and of the stages' dependency hashes).
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup run select seeds ablations test repro report clean-outputs push pull serve scale-bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# pip compiles every installed module to byte code on one core (about a minute and a half of the install here);
+# compileall does the same work on every core once the packages are in place (like pip, it passes over the few
+# files some packages ship that do not compile).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q -e ".[dev]"
+	$(BIN)/python -m pip install -q --no-compile --upgrade pip
+	$(BIN)/python -m pip install -q --no-compile "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q --no-compile -e ".[dev]"
+	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
 	touch $@
 
 # The linear one-vs-all peer (PECOS XR-Linear) needs numpy < 2 and scipy < 1.14: its own small environment.

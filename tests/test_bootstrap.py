@@ -183,3 +183,15 @@ def test_contrib_path_keeps_splits_apart():
     assert contrib_path("m", "tst", group="seeds") == Path("evaluation/seeds/m.npz")
     with pytest.raises(ValueError):
         contrib_path("m", "trn")
+
+
+def test_cached_resample_blocks_are_the_streamed_ones_and_read_only():
+    from xmc.metrics.bootstrap import _float_blocks, _weight_blocks
+
+    streamed = np.concatenate([b.astype(np.float64) for b in _weight_blocks(300, 50, 7)])
+    first, again = _float_blocks(300, 50, 7), _float_blocks(300, 50, 7)
+    assert first is again                                   # drawn once per process
+    assert np.array_equal(np.concatenate(first), streamed)
+    assert not first[0].flags.writeable
+    a, b = _bernoulli(300, 0.6, 1), _bernoulli(300, 0.5, 2)
+    assert paired_bootstrap(a, b, "P@1", n_resamples=50, seed=7) == paired_bootstrap(a, b, "P@1", n_resamples=50, seed=7)

@@ -507,3 +507,64 @@ def test_boosted_fusion_ranks_better_than_the_logistic_one_where_features_intera
     assert trees > linear + 0.05, (trees, linear)
     few = CandidateTable(table.rows[:40], table.labels[:40], table.X[:40])
     assert isinstance(fit_boosted_fusion(few, gold, st), FusionWeights)
+
+
+def _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count):
+    """The table as first written, a (text, label) pair at a time: the reference the array version must equal."""
+    rows, labels, feats = [], [], []
+    for i, m in enumerate(matches):
+        retrieved, floors = [], []
+        for scores, ids in bases:
+            ok = (ids[i] >= 0) & np.isfinite(scores[i])
+            got = dict(zip(ids[i][ok].tolist(), scores[i][ok].tolist()))
+            retrieved.append(got)
+            floors.append((min(got.values()) - 1.0) if got else 0.0)
+        for lid in sorted(set(m).union(*retrieved)):
+            rows.append(i)
+            labels.append(lid)
+            f = []
+            for got, floor in zip(retrieved, floors):
+                f += [got.get(lid, floor), float(lid in got)]
+            feats.append([*f, *matcher.features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
+    return np.asarray(rows, np.int64), np.asarray(labels, np.int64), np.asarray(feats, np.float64)
+
+
+@pytest.mark.parametrize("n_runs", [1, 3])
+def test_candidate_table_equals_the_pair_by_pair_definition_to_the_last_bit(matcher, n_runs):
+    from xmc.lexical.hybrid import candidate_table
+
+    rng = np.random.default_rng(n_runs)
+    texts = ["She took a breath by the river bank", "", "half of the banking company", "irregularities", "a bank",
+             "nothing here", "take", "breathe and bank"]
+    n, k, n_labels = len(texts), 4, len(WORDNET_STYLE)
+    bases = []
+    for _ in range(n_runs):
+        ids = rng.integers(0, n_labels, size=(n, k))
+        scores = rng.normal(size=(n, k)).astype(np.float32)
+        ids[1] = -1                               # a text the run retrieved nothing for
+        scores[1] = -np.inf
+        ids[2, -1], scores[2, -1] = -1, -np.inf   # padding
+        scores[3, 0] = np.inf                     # a non-finite score is not a retrieval
+        ids[4, 1] = ids[4, 0]                     # a label listed twice: its last score counts
+        bases.append((scores, ids))
+    counts = rng.integers(0, 5, n_labels).astype(np.float64)
+    prior, mfs = matcher.sense_prior(counts)
+    log_count = np.log1p(counts)
+    matches = matcher.match_many(texts)
+    table = candidate_table(bases, matches, matcher, prior, mfs, log_count)
+    rows, labels, X = _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count)
+    assert np.array_equal(table.rows, rows) and np.array_equal(table.labels, labels)
+    assert table.X.shape == X.shape and np.array_equal(table.X.view(np.int64), X.view(np.int64))
+    with pytest.raises(ValueError, match="beyond the 9 labels"):
+        candidate_table([(bases[0][0], np.full((n, k), n_labels))], matches, matcher, prior, mfs, log_count)
+
+
+def test_feature_rows_are_the_features_of_each_match(matcher):
+    matches = matcher.match_many(["She took a breath by the river bank", "", "a half"])
+    prior, mfs = matcher.sense_prior(np.arange(len(WORDNET_STYLE), dtype=np.float64))
+    text, lid, F = matcher.feature_rows(matches, prior, mfs)
+    expect = [(i, j, matcher.features(m, j, prior, mfs)) for i, ms in enumerate(matches) for j, m in ms.items()]
+    assert text.tolist() == [e[0] for e in expect] and lid.tolist() == [e[1] for e in expect]
+    assert np.array_equal(F, np.asarray([e[2] for e in expect], np.float64))
+    empty = matcher.feature_rows([{}, {}], prior, mfs)
+    assert [a.shape for a in empty] == [(0,), (0,), (0, 7)]

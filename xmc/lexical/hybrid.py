@@ -52,26 +52,49 @@ def candidate_table(bases: Sequence[tuple[np.ndarray, np.ndarray]], matches: Seq
                     matcher: LabelNameMatcher, prior: np.ndarray, mfs: np.ndarray,
                     log_count: np.ndarray) -> CandidateTable:
     """The union of the runs' top-k lists (``bases``: one (scores, ids) pair per run, rows aligned) and the name
-    matches, one feature row per (text, label): each run's score (its row's lowest retrieved score minus one where
-    it did not retrieve the label) and retrieved flag, then the name-match features and the log training count."""
-    rows, labels, feats = [], [], []
-    n_feats = len(METHOD_FEATURES) * len(bases) + len(FEATURES) + 1
-    for i, m in enumerate(matches):
-        retrieved, floors = [], []
-        for scores, ids in bases:
-            ok = (ids[i] >= 0) & np.isfinite(scores[i])
-            got = dict(zip(ids[i][ok].tolist(), scores[i][ok].tolist()))
-            retrieved.append(got)
-            floors.append((min(got.values()) - 1.0) if got else 0.0)
-        for lid in sorted(set(m).union(*retrieved)):
-            rows.append(i)
-            labels.append(lid)
-            f: list[float] = []
-            for got, floor in zip(retrieved, floors):
-                f += [got.get(lid, floor), float(lid in got)]
-            feats.append([*f, *matcher.features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
-    X = np.asarray(feats, dtype=np.float64).reshape(len(rows), n_feats)
-    return CandidateTable(np.asarray(rows, np.int64), np.asarray(labels, np.int64), X)
+    matches, one feature row per (text, label), in text order and by label id within a text: each run's score
+    (where it did not retrieve the label: its row's lowest retrieved score minus one, or 0.0 for a row it retrieved
+    nothing for) and retrieved flag, then the name-match features and the log training count.
+
+    Built with array operations over (text, label) keys (the name features: :meth:`LabelNameMatcher.feature_rows`)."""
+    n_rows = len(matches)
+    n_labels = len(log_count)
+    n_name = len(FEATURES)
+    # the name matches: keys text * n_labels + label, and their feature rows
+    m_text, m_lid, m_feats = matcher.feature_rows(matches, prior, mfs)
+    m_keys = m_text * n_labels + m_lid
+    # each run's retrieved (key, score); a label listed twice in a row keeps its last score (as a dict would)
+    got: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for scores, ids in bases:
+        ids = np.asarray(ids)[:n_rows]
+        sc = np.asarray(scores)[:n_rows].astype(np.float64)
+        ok = (ids >= 0) & np.isfinite(sc)
+        if ids.size and ids.max() >= n_labels:
+            raise ValueError(f"a top-k list names label {int(ids.max())}, beyond the {n_labels} labels")
+        r, c = np.nonzero(ok)
+        keys = r.astype(np.int64) * n_labels + ids[r, c].astype(np.int64)
+        vals = sc[r, c]
+        rev_keys, first = np.unique(keys[::-1], return_index=True)   # the last occurrence of each key
+        vals = vals[::-1][first]
+        low = np.full(n_rows, np.inf)
+        np.minimum.at(low, rev_keys // n_labels, vals)
+        floor = np.where(np.isinf(low), 0.0, low - 1.0)
+        got.append((rev_keys, vals, floor))
+    keys = np.unique(np.concatenate([m_keys, *(g[0] for g in got)]))
+    rows, labels = keys // n_labels, keys % n_labels
+    X = np.empty((len(keys), len(METHOD_FEATURES) * len(bases) + n_name + 1), np.float64)
+    for b, (k, v, floor) in enumerate(got):
+        pos = np.searchsorted(k, keys)
+        hit = pos < len(k)
+        hit[hit] = k[pos[hit]] == keys[hit]
+        X[:, 2 * b] = floor[rows]
+        X[hit, 2 * b] = v[pos[hit]]
+        X[:, 2 * b + 1] = hit
+    name_cols = slice(2 * len(bases), 2 * len(bases) + n_name)
+    X[:, name_cols] = 0.0
+    X[np.searchsorted(keys, m_keys), name_cols] = m_feats
+    X[:, -1] = np.asarray(log_count, np.float64)[labels]
+    return CandidateTable(rows.astype(np.int64), labels.astype(np.int64), X)
 
 
 @dataclass

@@ -115,6 +115,8 @@ class LabelNameMatcher:
         words = TOKEN.findall(text)
         forms = [word_forms(w) for w in words]
         found: dict[int, Match] = {}
+        rank_of: dict[int, tuple[int, bool, int]] = {}   # (words, pos agrees, -ambiguity) of found[lid]
+        prefixes, by_name, label_tags, cased = self.prefixes, self.by_name, self.tags, self.cased
         for start in range(len(words)):
             frontier = [("", "*")]
             for i in range(start, min(len(words), start + self.max_words)):
@@ -122,19 +124,26 @@ class LabelNameMatcher:
                 for prefix, _ in frontier:
                     for form, tags in forms[i]:
                         key = f"{prefix} {form}" if prefix else form
-                        if key in self.prefixes:
+                        if key in prefixes:
                             nxt.append((key, tags))
                 if not nxt:
                     break
                 n_words = i - start + 1
                 for key, tags in nxt:
-                    for lid in self.by_name.get(key, ()):
-                        if self.cased and not self._case_fits(key, lid, words, start, i):
+                    lids = by_name.get(key)
+                    if not lids:
+                        continue
+                    ambiguity, specificity = len(lids), self.specificity[key]
+                    for lid in lids:
+                        if cased and not self._case_fits(key, lid, words, start, i):
                             continue
-                        m = Match(n_words, len(self.by_name[key]), self._agrees(lid, tags), self.specificity[key])
-                        old = found.get(lid)
-                        if old is None or (m.words, m.pos_agrees, -m.ambiguity) > (old.words, old.pos_agrees, -old.ambiguity):
-                            found[lid] = m
+                        t = label_tags[lid]
+                        agrees = t is None or tags == "*" or t in tags   # self._agrees, inlined: the hot loop
+                        rank = (n_words, agrees, -ambiguity)
+                        old = rank_of.get(lid)
+                        if old is None or rank > old:
+                            rank_of[lid] = rank
+                            found[lid] = Match(n_words, ambiguity, agrees, specificity)
                 frontier = nxt
         return found
 
@@ -160,6 +169,30 @@ class LabelNameMatcher:
             return [0.0] * len(FEATURES)
         return [1.0, float(match.words), float(np.log(match.ambiguity)), float(match.pos_agrees), match.specificity,
                 float(np.log(prior[lid])), float(mfs[lid])]
+
+    def feature_rows(self, matches: Sequence[dict[int, Match]], prior: np.ndarray,
+                     mfs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(text index, label id, :data:`FEATURES` row) of every match of a batch of texts, in text order and
+        match order: :meth:`features` of each pair, with each logarithm taken once per distinct value by the same
+        scalar call (so the rows are those of :meth:`features` to the last bit)."""
+        n = sum(len(m) for m in matches)
+        text = np.fromiter((i for i, m in enumerate(matches) for _ in m), np.int64, n)
+        lid = np.fromiter((j for m in matches for j in m), np.int64, n)
+        ms = [mt for m in matches for mt in m.values()]
+        out = np.empty((n, len(FEATURES)), np.float64)
+        if not n:
+            return text, lid, out
+        ambiguity = np.fromiter((mt.ambiguity for mt in ms), np.int64, n)
+        amb_values, amb_at = np.unique(ambiguity, return_inverse=True)
+        lid_values, lid_at = np.unique(lid, return_inverse=True)
+        out[:, 0] = 1.0
+        out[:, 1] = np.fromiter((mt.words for mt in ms), np.float64, n)
+        out[:, 2] = np.array([float(np.log(int(a))) for a in amb_values])[amb_at]
+        out[:, 3] = np.fromiter((mt.pos_agrees for mt in ms), np.float64, n)
+        out[:, 4] = np.fromiter((mt.specificity for mt in ms), np.float64, n)
+        out[:, 5] = np.array([float(np.log(prior[j])) for j in lid_values])[lid_at]
+        out[:, 6] = np.asarray(mfs, np.float64)[lid]
+        return text, lid, out
 
     def match_many(self, texts: Sequence[str]) -> list[dict[int, Match]]:
         return [self.match(t) for t in texts]

@@ -11,8 +11,9 @@ differences testable.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ VAL_METRICS_DIR = Path("metrics_val")
 
 # resample weights are generated and consumed in blocks of at most this many entries (memory bound)
 _BLOCK_ENTRIES = 1 << 22
+_CACHED_ENTRIES = 1 << 24   # float64 resample counts kept per process: at most 128 MB per draw
 
 
 @dataclass
@@ -175,6 +177,23 @@ def _weight_blocks(n: int, n_resamples: int, seed: int) -> Iterator[np.ndarray]:
             yield rng.multinomial(n, p, size=size)
 
 
+def _float_blocks(n: int, n_resamples: int, seed: int) -> Iterable[np.ndarray]:
+    """The blocks of :func:`_weight_blocks` as float64 (the dtype of the products). A draw small enough to keep
+    (test split size x resamples up to ``_CACHED_ENTRIES``) is drawn once per process: a report resamples the same
+    instances with the same seed for every paired comparison, and the multinomial draw is most of the cost."""
+    if n * n_resamples <= _CACHED_ENTRIES:
+        return _cached_float_blocks(n, n_resamples, seed)
+    return (blk.astype(np.float64) for blk in _weight_blocks(n, n_resamples, seed))
+
+
+@lru_cache(maxsize=2)
+def _cached_float_blocks(n: int, n_resamples: int, seed: int) -> tuple[np.ndarray, ...]:
+    blocks = tuple(blk.astype(np.float64) for blk in _weight_blocks(n, n_resamples, seed))
+    for blk in blocks:
+        blk.flags.writeable = False   # shared by every caller
+    return blocks
+
+
 def bootstrap_weights(n: int, n_resamples: int = 1000, seed: int = 0) -> np.ndarray:
     """(n_resamples, n) counts of each instance in each resample (instances drawn with replacement)."""
     return np.concatenate(list(_weight_blocks(n, n_resamples, seed)), axis=0)
@@ -188,8 +207,7 @@ def _resampled(c: InstanceContributions, n_resamples: int, seed: int, rows: list
     """(n_resamples, len(rows)) metric values over the resamples."""
     num, den = c.num[rows], c.den[rows]
     out = []
-    for blk in _weight_blocks(c.n, n_resamples, seed):
-        w = blk.astype(np.float64)
+    for w in _float_blocks(c.n, n_resamples, seed):
         out.append(_ratio(w @ num.T, w @ den.T))
     return np.concatenate(out, axis=0)
 
@@ -229,8 +247,7 @@ def paired_bootstrap(
     va, vb = a.values()[metric], b.values()[metric]
     d_hat = va - vb
     diffs = []
-    for blk in _weight_blocks(a.n, n_resamples, seed):
-        w = blk.astype(np.float64)
+    for w in _float_blocks(a.n, n_resamples, seed):
         diffs.append(_ratio(w @ a.num[ja], w @ a.den[ja]) - _ratio(w @ b.num[jb], w @ b.den[jb]))
     d = np.concatenate(diffs)
     lo, hi = _percentiles(d, level)
