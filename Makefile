@@ -25,14 +25,10 @@ unexport PYTHONDONTWRITEBYTECODE
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-# pip compiles every installed module to byte code on one core (about a minute and a half of the install here);
-# compileall does the same work on every core once the packages are in place (like pip, it passes over the few
-# files some packages ship that do not compile).
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -q --no-compile --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile "$(TORCH_SPEC)"
-	$(BIN)/python -m pip install -q --no-compile -e ".[dev]"
-	$(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" >/dev/null || true
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
 	touch $@
 
 # The linear one-vs-all peer (PECOS XR-Linear) needs numpy < 2 and scipy < 1.14: its own small environment.
