@@ -115,8 +115,6 @@ class LabelNameMatcher:
         words = TOKEN.findall(text)
         forms = [word_forms(w) for w in words]
         found: dict[int, Match] = {}
-        rank_of: dict[int, tuple[int, bool, int]] = {}   # (words, pos agrees, -ambiguity) of found[lid]
-        prefixes, by_name, label_tags, cased = self.prefixes, self.by_name, self.tags, self.cased
         for start in range(len(words)):
             frontier = [("", "*")]
             for i in range(start, min(len(words), start + self.max_words)):
@@ -124,26 +122,19 @@ class LabelNameMatcher:
                 for prefix, _ in frontier:
                     for form, tags in forms[i]:
                         key = f"{prefix} {form}" if prefix else form
-                        if key in prefixes:
+                        if key in self.prefixes:
                             nxt.append((key, tags))
                 if not nxt:
                     break
                 n_words = i - start + 1
                 for key, tags in nxt:
-                    lids = by_name.get(key)
-                    if not lids:
-                        continue
-                    ambiguity, specificity = len(lids), self.specificity[key]
-                    for lid in lids:
-                        if cased and not self._case_fits(key, lid, words, start, i):
+                    for lid in self.by_name.get(key, ()):
+                        if self.cased and not self._case_fits(key, lid, words, start, i):
                             continue
-                        t = label_tags[lid]
-                        agrees = t is None or tags == "*" or t in tags   # self._agrees, inlined: the hot loop
-                        rank = (n_words, agrees, -ambiguity)
-                        old = rank_of.get(lid)
-                        if old is None or rank > old:
-                            rank_of[lid] = rank
-                            found[lid] = Match(n_words, ambiguity, agrees, specificity)
+                        m = Match(n_words, len(self.by_name[key]), self._agrees(lid, tags), self.specificity[key])
+                        old = found.get(lid)
+                        if old is None or (m.words, m.pos_agrees, -m.ambiguity) > (old.words, old.pos_agrees, -old.ambiguity):
+                            found[lid] = m
                 frontier = nxt
         return found
 
