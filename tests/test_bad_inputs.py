@@ -489,6 +489,11 @@ PREDICT_CASES = {
     "input_jsonl_without_text": (lambda r, t: {"--input": str(_write(t / "in.jsonl", b'{"id": 1}\n'))},
                                  ["in.jsonl:1", "'text'"]),
     "input_not_utf8": (lambda r, t: {"--input": str(_write(t / "in.txt", b"ok\n\xff\xfe bad\n"))}, ["in.txt:2", "UTF-8"]),
+    "input_gzip_truncated": (lambda r, t: {"--input": str(_write(t / "in.txt.gz", gzip.compress(
+        b"".join(b"sentence %d about a river bank\n" % i for i in range(2000)))[:300]))},
+                             ["in.txt.gz:", "unreadable compressed data"]),
+    "input_gzip_not_gzip": (lambda r, t: {"--input": str(_write(t / "in.txt.gz", b"plain text\n"))},
+                            ["in.txt.gz:1", "unreadable compressed data"]),
     "input_missing": (lambda r, t: {"--input": str(t / "absent.txt")}, ["absent.txt", "not found"]),
     "input_dev_zero": (lambda r, t: {"--input": "/dev/zero"}, ["/dev/zero", "not a regular file"]),
     "output_overwrites_input": (lambda r, t: {"--output": "batch/in.txt"}, ["the output would overwrite the input"]),

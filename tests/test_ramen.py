@@ -14,7 +14,7 @@ from xmc.encoders import HashedBagOfWordsEncoder
 from xmc.errors import DataFormatError
 from xmc.graph import (AnchorSet, augment_edges, bipartite_adjacency, load_graph_dir, prune_edges,
                        random_walk_with_restart, rwr_closed_form, save_anchor_set)
-from xmc.graph.build import document_query_set
+from xmc.graph.build import document_query_set, wordnet_label_set
 from xmc.graph.rwr import top_k_per_row
 from xmc.data.dataset import Split
 from xmc.losses import DecoupledSoftmaxLoss
@@ -179,7 +179,7 @@ def test_triplet_task_loss_equals_the_pairwise_form_and_its_gradient():
 
 # ---- the file format ---------------------------------------------------------------------------
 def write(tmp_path, name, text):
-    (tmp_path / name).write_text(text)
+    (tmp_path / name).write_bytes(text.encode("utf-8", "surrogateescape"))   # "\udcff" writes the byte 0xff
     return tmp_path / name
 
 
@@ -201,12 +201,48 @@ def test_format_round_trip(tmp_path):
     ('{"id": "a", "text": "x"}\n', "x\ta\n", "edges.tsv:1: src_row 'x' is not an integer"),
     ('{"id": "a", "text": "x"}\n', "0 a\n", "edges.tsv:1: expected 'src_row<TAB>anchor_id[<TAB>weight]'"),
     ('{"id": "a", "text": "x"}\n', "0\ta\t-1\n", "edges.tsv:1: weight must be a positive finite number"),
+    ('{"id": "a", "text": "x"}\n{"id": "b", "text": "\udcff"}\n', "", "anchors.jsonl:2: not valid UTF-8"),
+    ('{"id": "a", "text": "x"}\n', "0\ta\n0\t\udcfe\n", "edges.tsv:2: not valid UTF-8"),
+    ('{"id": "a", "text": "x"}\n', "0\ta\x00\n", "edges.tsv:1: NUL byte"),
 ])
 def test_malformed_graph_files_give_one_line_errors(tmp_path, anchors, edges, message):
     write(tmp_path, "s_anchors.jsonl", anchors)
     write(tmp_path, "s_query_edges.tsv", edges)
     with pytest.raises(DataFormatError) as e:
         load_graph_dir(tmp_path, n_queries=3, n_labels=2)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def _tiny_wordnet(tmp_path, label_graph: bytes):
+    """A two-label dataset side (lbl.jsonl, label_graph.tsv) and a three-synset WordNet folder."""
+    data, wn = tmp_path / "data", tmp_path / "wn"
+    data.mkdir()
+    wn.mkdir()
+    (data / "lbl.jsonl").write_text('{"lid": 0, "id": "s1"}\n{"lid": 1, "id": "s2"}\n')
+    (wn / "synsets.jsonl").write_text("".join(json.dumps({"id": s, "lemmas": [s], "pos": "n", "definition": f"a {s}"})
+                                              + "\n" for s in ("s1", "s2", "p1")))
+    (wn / "edges.tsv").write_text("src\tpointer\tdst\ns1\t+\ts2\n")
+    (data / "label_graph.tsv").write_bytes(label_graph)
+    return data, wn
+
+
+def test_wordnet_label_set_from_the_label_graph_and_wordnet_pointers(tmp_path):
+    data, wn = _tiny_wordnet(tmp_path, b"child\trelation\tparent\ns1\thypernym\tp1\n")
+    aset = wordnet_label_set(data, wn, 2, ["+"], hypernym_levels=1)
+    assert aset.anchor_ids == ["p1", "s2"] and aset.anchor_texts[0] == "p1 (n): a p1"
+    assert aset.edges["label"].toarray().tolist() == [[1, 1], [0, 0]]
+
+
+@pytest.mark.parametrize("label_graph, message", [
+    (b"child\trelation\tparent\ns1\thypernym\t\xffp1\n", "label_graph.tsv:2: not valid UTF-8"),
+    (b"child\tparent\ns1\tp1\n", "label_graph.tsv:1: expected header"),
+    (b"child\trelation\tparent\ns1 hypernym p1\n", "label_graph.tsv:2: expected at least 3 tab-separated fields"),
+    (b"", "label_graph.tsv: empty file"),
+])
+def test_bad_label_graph_is_a_one_line_error_naming_the_line(tmp_path, label_graph, message):
+    data, wn = _tiny_wordnet(tmp_path, label_graph)
+    with pytest.raises(DataFormatError) as e:
+        wordnet_label_set(data, wn, 2, ["+"])
     assert message in str(e.value) and "\n" not in str(e.value)
 
 

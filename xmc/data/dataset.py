@@ -220,10 +220,10 @@ def _read_part(in_dir: Path, part: str) -> tuple[Sequence[str], Sequence[str], S
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """A processed JSON-lines file: one object with a string ``uid`` and ``text`` per line."""
-    from xmc.data.formats import _iter_decoded_lines
+    from xmc.data.formats import iter_decoded_lines
 
     rows = []
-    for i, line in _iter_decoded_lines(path):
+    for i, line in iter_decoded_lines(path):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as e:

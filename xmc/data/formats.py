@@ -27,7 +27,7 @@ import stat
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import scipy.sparse as sp
@@ -62,45 +62,53 @@ def check_regular_file(path: Path) -> None:
         raise DataFormatError(path, None, "not a regular file (a device, FIFO or socket)")
 
 
-def _iter_decoded_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield (1-based line number, text without newline); strict UTF-8, gzip by suffix.
+def checked_lines(fh: BinaryIO, name: str | Path, empty: str | None = "empty file") -> Iterator[tuple[int, str]]:
+    """Yield (1-based line number, text without newline) of a binary stream (a file, gzip or standard input);
+    strict UTF-8, no NUL byte.
 
-    Lines longer than :func:`max_line_bytes` and files that expand beyond :func:`max_input_bytes` are
-    refused (a small gzip can expand to one line of gigabytes)."""
+    Lines longer than :func:`max_line_bytes` and streams that expand beyond :func:`max_input_bytes` are refused
+    (a small gzip can expand to one line of gigabytes); a corrupt or truncated gzip stream is a one-line error at
+    the line it stopped, and a stream without a line raises ``empty`` (None: an empty stream is no error)."""
+    limit, total_limit = max_line_bytes(), max_input_bytes()
+    n, total = 0, 0
+    while True:
+        try:
+            raw = fh.readline(limit + 1)
+        except (OSError, EOFError, zlib.error) as e:  # corrupt or truncated gzip
+            what = "compressed data" if isinstance(fh, gzip.GzipFile) else "data"
+            raise DataFormatError(name, n + 1, f"unreadable {what} ({e})") from None
+        if not raw:
+            break
+        n += 1
+        total += len(raw)
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            raise DataFormatError(name, n, f"line longer than {limit} bytes (XMC_MAX_LINE_BYTES)")
+        if total > total_limit:
+            raise DataFormatError(name, n, f"more than {total_limit} bytes (XMC_MAX_INPUT_BYTES)")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise DataFormatError(name, n, f"not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})") from None
+        if "\x00" in line:
+            raise DataFormatError(name, n, "NUL byte in text (a binary file?)")
+        yield n, line.rstrip("\r\n")
+    if n == 0 and empty is not None:
+        raise DataFormatError(name, None, empty)
+
+
+def iter_decoded_lines(path: Path, empty: str | None = "empty file") -> Iterator[tuple[int, str]]:
+    """:func:`checked_lines` of a regular file, gzip by suffix."""
     check_regular_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    limit, total_limit = max_line_bytes(), max_input_bytes()
     with opener(path, "rb") as fh:
-        n, total = 0, 0
-        while True:
-            try:
-                raw = fh.readline(limit + 1)
-            except (OSError, EOFError, zlib.error) as e:  # corrupt or truncated gzip
-                raise DataFormatError(path, n + 1, f"unreadable compressed data ({e})") from None
-            if not raw:
-                break
-            n += 1
-            total += len(raw)
-            if len(raw) > limit and not raw.endswith(b"\n"):
-                raise DataFormatError(path, n, f"line longer than {limit} bytes (XMC_MAX_LINE_BYTES)")
-            if total > total_limit:
-                raise DataFormatError(path, n, f"more than {total_limit} bytes (XMC_MAX_INPUT_BYTES)")
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataFormatError(path, n, f"not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})") from None
-            if "\x00" in line:
-                raise DataFormatError(path, n, "NUL byte in text (a binary file?)")
-            yield n, line.rstrip("\r\n")
-        if n == 0:
-            raise DataFormatError(path, None, "empty file")
+        yield from checked_lines(fh, path, empty)
 
 
 def read_text_lines(path: str | Path, uid_separator: str | None = None, allow_empty: bool = False) -> tuple[list[str], list[str]]:
     """One text per line; returns (uids, texts). Without a separator the uid is the row number."""
     path = Path(path)
     uids, texts = [], []
-    for n, line in _iter_decoded_lines(path):
+    for n, line in iter_decoded_lines(path):
         if uid_separator:
             uid, sep, text = line.partition(uid_separator)
             if not sep:
@@ -123,7 +131,7 @@ def read_sparse_labels(path: str | Path, n_labels: int | None = None) -> sp.csr_
     label is positive, as in the XC benchmarks.
     """
     path = Path(path)
-    lines = _iter_decoded_lines(path)
+    lines = iter_decoded_lines(path)
     _, header = next(lines)
     parts = header.split()
     if len(parts) != 2 or not all(p.isascii() and p.isdigit() and len(p) <= 12 for p in parts):
@@ -166,7 +174,7 @@ def read_filter_pairs(path: str | Path, n_rows: int, n_labels: int) -> sp.csr_ma
     """``filter_labels_test.txt``: whitespace-separated ``test_row label_id`` pairs."""
     path = Path(path)
     rows, cols = [], []
-    for n, line in _iter_decoded_lines(path):
+    for n, line in iter_decoded_lines(path):
         if not line.strip():
             continue
         parts = line.split()
@@ -190,7 +198,7 @@ def read_json_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     """(line number, record) for every non-blank line of a JSON-lines file."""
     path = Path(path)
     out = []
-    for n, line in _iter_decoded_lines(path):
+    for n, line in iter_decoded_lines(path):
         if not line.strip():
             continue
         try:

@@ -24,6 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmc.data.dataset import Split
+from xmc.data.formats import iter_decoded_lines
 from xmc.errors import ConfigError, DataFormatError
 from xmc.graph.format import AnchorSet
 
@@ -37,13 +38,12 @@ def synset_text(s: dict) -> str:
 
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as e:
-                    raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
+    for n, line in iter_decoded_lines(path, empty=None):   # strict UTF-8, bounded lines: errors name the line
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
     return rows
 
 
@@ -83,29 +83,29 @@ def wordnet_label_set(dataset_dir: str | Path, wordnet_dir: str | Path, n_labels
     # hypernyms: the dataset's label graph (child -> parent, upward closure of the labels)
     parents: dict[str, set[str]] = defaultdict(set)
     lg = dataset_dir / "label_graph.tsv"
-    with open(lg, encoding="utf-8") as fh:
-        header = fh.readline().rstrip("\n").split("\t")
-        if header[:3] != ["child", "relation", "parent"]:
-            raise DataFormatError(lg, 1, f"expected header 'child<TAB>relation<TAB>parent...', got {header[:3]}")
-        for n, line in enumerate(fh, 2):
-            parts = line.rstrip("\n").split("\t")
-            if len(parts) < 3:
-                raise DataFormatError(lg, n, f"expected at least 3 tab-separated fields, got {len(parts)}")
-            if "hypernym" in parts[1]:
-                parents[parts[0]].add(parts[2])
+    for n, line in iter_decoded_lines(lg):
+        parts = line.split("\t")
+        if n == 1:
+            if parts[:3] != ["child", "relation", "parent"]:
+                raise DataFormatError(lg, 1, f"expected header 'child<TAB>relation<TAB>parent...', got {parts[:3]}")
+            continue
+        if len(parts) < 3:
+            raise DataFormatError(lg, n, f"expected at least 3 tab-separated fields, got {len(parts)}")
+        if "hypernym" in parts[1]:
+            parents[parts[0]].add(parts[2])
     # the other relations: WordNet pointers (src, symbol, dst)
     rel = set(relations)
     related: dict[str, set[str]] = defaultdict(set)
     if rel:
         ep = wordnet_dir / "edges.tsv"
-        with open(ep, encoding="utf-8") as fh:
-            fh.readline()
-            for n, line in enumerate(fh, 2):
-                parts = line.rstrip("\n").split("\t")
-                if len(parts) != 3:
-                    raise DataFormatError(ep, n, f"expected 'src<TAB>pointer<TAB>dst', got {len(parts)} fields")
-                if parts[1] in rel:
-                    related[parts[0]].add(parts[2])
+        for n, line in iter_decoded_lines(ep):
+            if n == 1:   # the header
+                continue
+            parts = line.split("\t")
+            if len(parts) != 3:
+                raise DataFormatError(ep, n, f"expected 'src<TAB>pointer<TAB>dst', got {len(parts)} fields")
+            if parts[1] in rel:
+                related[parts[0]].add(parts[2])
     anchor_index: dict[str, int] = {}
     rows: list[int] = []
     cols: list[int] = []

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.data.formats import iter_decoded_lines
 from xmc.errors import DataFormatError
 from xmc.io import atomic_file
 
@@ -77,24 +78,23 @@ def read_anchors(path: str | Path) -> tuple[list[str], list[str]]:
     ids: list[str] = []
     texts: list[str] = []
     seen: dict[str, int] = {}
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict) or "id" not in row or "text" not in row:
-                raise DataFormatError(path, n, 'expected an object {"id": ..., "text": ...}')
-            aid, text = str(row["id"]), row["text"]
-            if not isinstance(text, str) or not text.strip():
-                raise DataFormatError(path, n, f"anchor {aid!r} has an empty or non-string text")
-            if aid in seen:
-                raise DataFormatError(path, n, f"duplicate anchor id {aid!r} (first on line {seen[aid]})")
-            seen[aid] = n
-            ids.append(aid)
-            texts.append(text)
+    for n, line in iter_decoded_lines(path, empty=None):   # strict UTF-8, bounded lines: errors name the line
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
+        if not isinstance(row, dict) or "id" not in row or "text" not in row:
+            raise DataFormatError(path, n, 'expected an object {"id": ..., "text": ...}')
+        aid, text = str(row["id"]), row["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise DataFormatError(path, n, f"anchor {aid!r} has an empty or non-string text")
+        if aid in seen:
+            raise DataFormatError(path, n, f"duplicate anchor id {aid!r} (first on line {seen[aid]})")
+        seen[aid] = n
+        ids.append(aid)
+        texts.append(text)
     if not ids:
         raise DataFormatError(path, None, "no anchors")
     return ids, texts
@@ -106,35 +106,33 @@ def read_edges(path: str | Path, n_rows: int, anchor_index: dict[str, int]) -> s
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
-    with open(path, encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            s = line.rstrip("\n").rstrip("\r")
-            if not s.strip() or s.startswith("#"):
-                continue
-            parts = s.split("\t")
-            if len(parts) not in (2, 3):
-                raise DataFormatError(path, n, f"expected 'src_row<TAB>anchor_id[<TAB>weight]', got {len(parts)} "
-                                               "tab-separated fields")
+    for n, s in iter_decoded_lines(path, empty=None):
+        if not s.strip() or s.startswith("#"):
+            continue
+        parts = s.split("\t")
+        if len(parts) not in (2, 3):
+            raise DataFormatError(path, n, f"expected 'src_row<TAB>anchor_id[<TAB>weight]', got {len(parts)} "
+                                           "tab-separated fields")
+        try:
+            r = int(parts[0])
+        except ValueError:
+            raise DataFormatError(path, n, f"src_row {parts[0]!r} is not an integer") from None
+        if not 0 <= r < n_rows:
+            raise DataFormatError(path, n, f"src_row {r} out of range [0, {n_rows})")
+        a = anchor_index.get(parts[1])
+        if a is None:
+            raise DataFormatError(path, n, f"unknown anchor id {parts[1]!r} (not in the anchors file)")
+        w = 1.0
+        if len(parts) == 3:
             try:
-                r = int(parts[0])
+                w = float(parts[2])
             except ValueError:
-                raise DataFormatError(path, n, f"src_row {parts[0]!r} is not an integer") from None
-            if not 0 <= r < n_rows:
-                raise DataFormatError(path, n, f"src_row {r} out of range [0, {n_rows})")
-            a = anchor_index.get(parts[1])
-            if a is None:
-                raise DataFormatError(path, n, f"unknown anchor id {parts[1]!r} (not in the anchors file)")
-            w = 1.0
-            if len(parts) == 3:
-                try:
-                    w = float(parts[2])
-                except ValueError:
-                    raise DataFormatError(path, n, f"weight {parts[2]!r} is not a number") from None
-                if not (w > 0 and math.isfinite(w)):
-                    raise DataFormatError(path, n, f"weight must be a positive finite number, got {parts[2]!r}")
-            rows.append(r)
-            cols.append(a)
-            vals.append(w)
+                raise DataFormatError(path, n, f"weight {parts[2]!r} is not a number") from None
+            if not (w > 0 and math.isfinite(w)):
+                raise DataFormatError(path, n, f"weight must be a positive finite number, got {parts[2]!r}")
+        rows.append(r)
+        cols.append(a)
+        vals.append(w)
     E = sp.csr_matrix((np.asarray(vals, np.float32), (np.asarray(rows, np.int64), np.asarray(cols, np.int64))),
                       shape=(n_rows, len(anchor_index)))
     E.sum_duplicates()

@@ -7,11 +7,11 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from xmc.errors import ConfigError, DataFormatError
 
 FORMATS = ("txt", "jsonl")
+EMPTY = "empty input: no texts to predict"
 
 
 def input_format(path: str, fmt: str = "auto") -> str:
@@ -20,31 +20,6 @@ def input_format(path: str, fmt: str = "auto") -> str:
             raise ConfigError(f"input format must be auto, txt or jsonl (got {fmt!r})")
         return fmt
     return "jsonl" if str(path).endswith((".jsonl", ".jsonl.gz", ".ndjson")) else "txt"
-
-
-def _lines(fh: BinaryIO, name: str) -> Iterator[tuple[int, str]]:
-    from xmc.data.formats import max_input_bytes, max_line_bytes
-
-    limit, total_limit, total, n = max_line_bytes(), max_input_bytes(), 0, 0
-    while True:
-        raw = fh.readline(limit + 1)
-        if not raw:
-            break
-        n += 1
-        total += len(raw)
-        if len(raw) > limit and not raw.endswith(b"\n"):
-            raise DataFormatError(name, n, f"line longer than {limit} bytes (XMC_MAX_LINE_BYTES)")
-        if total > total_limit:
-            raise DataFormatError(name, n, f"more than {total_limit} bytes (XMC_MAX_INPUT_BYTES)")
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise DataFormatError(name, n, f"not valid UTF-8 (byte {e.start}: {raw[e.start:e.start + 1]!r})") from None
-        if "\x00" in line:
-            raise DataFormatError(name, n, "NUL byte in text (a binary file?)")
-        yield n, line.rstrip("\r\n")
-    if n == 0:
-        raise DataFormatError(name, None, "empty input: no texts to predict")
 
 
 def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[tuple[str, str]]:
@@ -73,21 +48,21 @@ def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[
 
 def iter_input(path: str | Path, fmt: str = "auto") -> Iterator[tuple[str, str]]:
     """(id, text) pairs from ``path`` (``-`` = standard input), streamed; ids default to the 0-based row."""
+    from xmc.data.formats import check_regular_file, checked_lines   # the dataset readers' limits and errors
+
     name = str(path)
     fmt = input_format(name, fmt)
     if name == "-":
-        yield from _records(_lines(sys.stdin.buffer, "<stdin>"), "<stdin>", fmt)
+        yield from _records(checked_lines(sys.stdin.buffer, "<stdin>", EMPTY), "<stdin>", fmt)
         return
     import gzip
-
-    from xmc.data.formats import check_regular_file
 
     p = Path(name)
     if not p.exists():
         raise DataFormatError(p, None, "input file not found")
     check_regular_file(p)
     with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as fh:
-        yield from _records(_lines(fh, name), name, fmt)
+        yield from _records(checked_lines(fh, name, EMPTY), name, fmt)
 
 
 __all__ = ["FORMATS", "input_format", "iter_input"]
