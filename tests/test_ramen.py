@@ -246,6 +246,20 @@ def test_bad_label_graph_is_a_one_line_error_naming_the_line(tmp_path, label_gra
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("records, message", [
+    ('{"lid": 0, "id": "s1"}\n{"lid": "one", "id": "s2"}\n', "lbl.jsonl:2: lid 'one' is not an integer"),
+    ('{"lid": 0, "id": "s1"}\n\n{"lid": 1}\n', "lbl.jsonl:3: expected an object with a string 'id'"),
+    ('[0, "s1"]\n', "lbl.jsonl:1: expected an object with a string 'id'"),
+    ('{"lid": 0, "id": "s1"}\n{"lid": 5, "id": "s2"}\n', "lbl.jsonl:2: lid 5 out of range [0, 2)"),
+])
+def test_bad_label_record_is_a_one_line_error_naming_the_line(tmp_path, records, message):
+    data, wn = _tiny_wordnet(tmp_path, b"child\trelation\tparent\ns1\thypernym\tp1\n")
+    (data / "lbl.jsonl").write_text(records)
+    with pytest.raises(DataFormatError) as e:
+        wordnet_label_set(data, wn, 2, ["+"])
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
 def test_anchor_set_without_edges_and_missing_dir_are_errors(tmp_path):
     write(tmp_path, "s_anchors.jsonl", '{"id": "a", "text": "x"}\n')
     with pytest.raises(DataFormatError, match="neither s_query_edges.tsv nor s_label_edges.tsv"):

@@ -19,6 +19,7 @@ import json
 import logging
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -36,15 +37,37 @@ def synset_text(s: dict) -> str:
     return f"{', '.join(s['lemmas'])} ({s['pos']}): {s['definition']}"
 
 
-def _read_jsonl(path: Path) -> list[dict]:
+def _read_jsonl_lines(path: Path) -> list[tuple[int, Any]]:
+    """(line number, record) of every non-blank line."""
     rows = []
     for n, line in iter_decoded_lines(path, empty=None):   # strict UTF-8, bounded lines: errors name the line
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                rows.append((n, json.loads(line)))
             except json.JSONDecodeError as e:
                 raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
     return rows
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [r for _, r in _read_jsonl_lines(path)]
+
+
+def _label_records(path: Path) -> list[tuple[int, int, str]]:
+    """(line, lid, synset id) of each label record; ``lid`` defaults to the record's 0-based row."""
+    out = []
+    for row, (n, r) in enumerate(_read_jsonl_lines(path)):
+        if not isinstance(r, dict) or not isinstance(r.get("id"), str):
+            raise DataFormatError(path, n, "expected an object with a string 'id' (the label's WordNet synset)")
+        lid = r.get("lid", row)
+        try:
+            if isinstance(lid, bool):
+                raise TypeError
+            lid = int(lid)
+        except (TypeError, ValueError):
+            raise DataFormatError(path, n, f"lid {lid!r} is not an integer") from None
+        out.append((n, lid, r["id"]))
+    return out
 
 
 def label_synsets(dataset_dir: str | Path, n_labels: int, label_uids: list[str] | None = None) -> list[str]:
@@ -55,18 +78,18 @@ def label_synsets(dataset_dir: str | Path, n_labels: int, label_uids: list[str] 
     path = Path(dataset_dir) / "lbl.jsonl"
     if not path.exists():
         raise ConfigError(f"{path}: needed to map labels to WordNet synsets (not found)")
+    records = _label_records(path)
     if label_uids is not None:
-        by_lid = {str(int(r.get("lid", n - 1))): r["id"] for n, r in enumerate(_read_jsonl(path), 1)}
+        by_lid = {str(lid): sid for _, lid, sid in records}
         missing = [u for u in label_uids if u not in by_lid]
         if missing:
             raise DataFormatError(path, None, f"{len(missing)} processed labels have no lid here (first uid: {missing[0]})")
         return [by_lid[u] for u in label_uids]
     out: list[str | None] = [None] * n_labels
-    for n, r in enumerate(_read_jsonl(path), 1):
-        lid = int(r.get("lid", n - 1))
+    for n, lid, sid in records:
         if not 0 <= lid < n_labels:
             raise DataFormatError(path, n, f"lid {lid} out of range [0, {n_labels})")
-        out[lid] = r["id"]
+        out[lid] = sid
     missing_rows = [i for i, s in enumerate(out) if s is None]
     if missing_rows:
         raise DataFormatError(path, None, f"{len(missing_rows)} labels without a synset id (first: {missing_rows[0]})")
