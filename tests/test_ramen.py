@@ -194,7 +194,8 @@ def test_format_round_trip(tmp_path):
 
 @pytest.mark.parametrize("anchors, edges, message", [
     ('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', "", "anchors.jsonl:2: duplicate anchor id 'a'"),
-    ('{"id": "a", "text": "x"}\n{"id": "b"\n', "", "anchors.jsonl:2: not valid JSON"),
+    ('{"id": "a", "text": "x"}\n{"id": "b"\n', "", "anchors.jsonl:2: invalid JSON"),
+    ('{"id": "a", "text": "x"}\n["b", "y"]\n', "", "anchors.jsonl:2: expected a JSON object"),
     ('{"id": "a", "text": ""}\n', "", "anchors.jsonl:1: anchor 'a' has an empty"),
     ('{"id": "a", "text": "x"}\n', "0\ta\n1\tzz\n", "edges.tsv:2: unknown anchor id 'zz'"),
     ('{"id": "a", "text": "x"}\n', "# comment\n\n7\ta\n", "edges.tsv:3: src_row 7 out of range [0, 3)"),
@@ -249,7 +250,7 @@ def test_bad_label_graph_is_a_one_line_error_naming_the_line(tmp_path, label_gra
 @pytest.mark.parametrize("records, message", [
     ('{"lid": 0, "id": "s1"}\n{"lid": "one", "id": "s2"}\n', "lbl.jsonl:2: lid 'one' is not an integer"),
     ('{"lid": 0, "id": "s1"}\n\n{"lid": 1}\n', "lbl.jsonl:3: expected an object with a string 'id'"),
-    ('[0, "s1"]\n', "lbl.jsonl:1: expected an object with a string 'id'"),
+    ('[0, "s1"]\n', "lbl.jsonl:1: expected a JSON object"),
     ('{"lid": 0, "id": "s1"}\n{"lid": 5, "id": "s2"}\n', "lbl.jsonl:2: lid 5 out of range [0, 2)"),
 ])
 def test_bad_label_record_is_a_one_line_error_naming_the_line(tmp_path, records, message):

@@ -194,11 +194,11 @@ def read_filter_pairs(path: str | Path, n_rows: int, n_labels: int) -> sp.csr_ma
     return M
 
 
-def read_json_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) for every non-blank line of a JSON-lines file."""
+def read_json_lines(path: str | Path, empty: str | None = "empty file") -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) for every non-blank line of a JSON-lines file; every record must be an object."""
     path = Path(path)
     out = []
-    for n, line in iter_decoded_lines(path):
+    for n, line in iter_decoded_lines(path, empty):
         if not line.strip():
             continue
         try:

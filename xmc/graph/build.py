@@ -15,17 +15,15 @@ semcor-wn30 (sentences labelled with WordNet senses) gets two anchor sets:
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
 from xmc.data.dataset import Split
-from xmc.data.formats import iter_decoded_lines
+from xmc.data.formats import iter_decoded_lines, read_json_lines
 from xmc.errors import ConfigError, DataFormatError
 from xmc.graph.format import AnchorSet
 
@@ -37,27 +35,15 @@ def synset_text(s: dict) -> str:
     return f"{', '.join(s['lemmas'])} ({s['pos']}): {s['definition']}"
 
 
-def _read_jsonl_lines(path: Path) -> list[tuple[int, Any]]:
-    """(line number, record) of every non-blank line."""
-    rows = []
-    for n, line in iter_decoded_lines(path, empty=None):   # strict UTF-8, bounded lines: errors name the line
-        if line.strip():
-            try:
-                rows.append((n, json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
-    return rows
-
-
 def _read_jsonl(path: Path) -> list[dict]:
-    return [r for _, r in _read_jsonl_lines(path)]
+    return [r for _, r in read_json_lines(path, empty=None)]
 
 
 def _label_records(path: Path) -> list[tuple[int, int, str]]:
     """(line, lid, synset id) of each label record; ``lid`` defaults to the record's 0-based row."""
     out = []
-    for row, (n, r) in enumerate(_read_jsonl_lines(path)):
-        if not isinstance(r, dict) or not isinstance(r.get("id"), str):
+    for row, (n, r) in enumerate(read_json_lines(path, empty=None)):
+        if not isinstance(r.get("id"), str):
             raise DataFormatError(path, n, "expected an object with a string 'id' (the label's WordNet synset)")
         lid = r.get("lid", row)
         try:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from xmc.data.formats import iter_decoded_lines
+from xmc.data.formats import iter_decoded_lines, read_json_lines
 from xmc.errors import DataFormatError
 from xmc.io import atomic_file
 
@@ -78,14 +78,8 @@ def read_anchors(path: str | Path) -> tuple[list[str], list[str]]:
     ids: list[str] = []
     texts: list[str] = []
     seen: dict[str, int] = {}
-    for n, line in iter_decoded_lines(path, empty=None):   # strict UTF-8, bounded lines: errors name the line
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataFormatError(path, n, f"not valid JSON ({e.msg})") from None
-        if not isinstance(row, dict) or "id" not in row or "text" not in row:
+    for n, row in read_json_lines(path, empty=None):   # the dataset reader's checks: errors name the line
+        if "id" not in row or "text" not in row:
             raise DataFormatError(path, n, 'expected an object {"id": ..., "text": ...}')
         aid, text = str(row["id"]), row["text"]
         if not isinstance(text, str) or not text.strip():
