@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from xmc.lexical import LabelNameMatcher, parse_label_names
+from xmc.lexical import FEATURES, LabelNameMatcher, parse_label_names
 from xmc.lexical.fuse import validation_folds
 from xmc.lexical.hybrid import HYBRID_FEATURES, CandidateTable, FusionWeights, HybridRanker, fit_fusion, top_k
 
@@ -509,6 +509,14 @@ def test_boosted_fusion_ranks_better_than_the_logistic_one_where_features_intera
     assert isinstance(fit_boosted_fusion(few, gold, st), FusionWeights)
 
 
+def _pair_features(match, lid, prior, mfs):
+    """The name features of one (text, label) pair, scalar by scalar: the definition feature_rows must equal."""
+    if match is None:
+        return [0.0] * len(FEATURES)
+    return [1.0, float(match.words), float(np.log(match.ambiguity)), float(match.pos_agrees), match.specificity,
+            float(np.log(prior[lid])), float(mfs[lid])]
+
+
 def _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count):
     """The table as first written, a (text, label) pair at a time: the reference the array version must equal."""
     rows, labels, feats = [], [], []
@@ -525,7 +533,7 @@ def _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count):
             f = []
             for got, floor in zip(retrieved, floors):
                 f += [got.get(lid, floor), float(lid in got)]
-            feats.append([*f, *matcher.features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
+            feats.append([*f, *_pair_features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
     return np.asarray(rows, np.int64), np.asarray(labels, np.int64), np.asarray(feats, np.float64)
 
 
@@ -563,7 +571,7 @@ def test_feature_rows_are_the_features_of_each_match(matcher):
     matches = matcher.match_many(["She took a breath by the river bank", "", "a half"])
     prior, mfs = matcher.sense_prior(np.arange(len(WORDNET_STYLE), dtype=np.float64))
     text, lid, F = matcher.feature_rows(matches, prior, mfs)
-    expect = [(i, j, matcher.features(m, j, prior, mfs)) for i, ms in enumerate(matches) for j, m in ms.items()]
+    expect = [(i, j, _pair_features(m, j, prior, mfs)) for i, ms in enumerate(matches) for j, m in ms.items()]
     assert text.tolist() == [e[0] for e in expect] and lid.tolist() == [e[1] for e in expect]
     assert np.array_equal(F, np.asarray([e[2] for e in expect], np.float64))
     empty = matcher.feature_rows([{}, {}], prior, mfs)

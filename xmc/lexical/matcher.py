@@ -154,18 +154,12 @@ class LabelNameMatcher:
                 mfs[lid] |= bool(ci == top and ci > 0)
         return np.where(np.isnan(prior), 1.0, prior), mfs
 
-    def features(self, match: Match | None, lid: int, prior: np.ndarray, mfs: np.ndarray) -> list[float]:
-        """The :data:`FEATURES` of one (text, label) pair."""
-        if match is None:
-            return [0.0] * len(FEATURES)
-        return [1.0, float(match.words), float(np.log(match.ambiguity)), float(match.pos_agrees), match.specificity,
-                float(np.log(prior[lid])), float(mfs[lid])]
-
     def feature_rows(self, matches: Sequence[dict[int, Match]], prior: np.ndarray,
                      mfs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(text index, label id, :data:`FEATURES` row) of every match of a batch of texts, in text order and
-        match order: :meth:`features` of each pair, with each logarithm taken once per distinct value by the same
-        scalar call (so the rows are those of :meth:`features` to the last bit)."""
+        match order. Per pair: 1, the matched words, log ambiguity, part-of-speech agreement, specificity,
+        log sense prior of the label and its most-frequent-sense flag; each logarithm is taken once per distinct
+        value with numpy's scalar log, so a row does not depend on the batch it comes in."""
         n = sum(len(m) for m in matches)
         text = np.fromiter((i for i, m in enumerate(matches) for _ in m), np.int64, n)
         lid = np.fromiter((j for m in matches for j in m), np.int64, n)
