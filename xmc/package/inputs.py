@@ -48,21 +48,14 @@ def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[
 
 def iter_input(path: str | Path, fmt: str = "auto") -> Iterator[tuple[str, str]]:
     """(id, text) pairs from ``path`` (``-`` = standard input), streamed; ids default to the 0-based row."""
-    from xmc.data.formats import check_regular_file, checked_lines   # the dataset readers' limits and errors
+    from xmc.data.formats import checked_lines, iter_decoded_lines   # the dataset readers' limits and errors
 
     name = str(path)
     fmt = input_format(name, fmt)
     if name == "-":
         yield from _records(checked_lines(sys.stdin.buffer, "<stdin>", EMPTY), "<stdin>", fmt)
-        return
-    import gzip
-
-    p = Path(name)
-    if not p.exists():
-        raise DataFormatError(p, None, "input file not found")
-    check_regular_file(p)
-    with (gzip.open(p, "rb") if p.suffix == ".gz" else open(p, "rb")) as fh:
-        yield from _records(checked_lines(fh, name, EMPTY), name, fmt)
+    else:
+        yield from _records(iter_decoded_lines(Path(name), EMPTY), name, fmt)
 
 
 __all__ = ["FORMATS", "input_format", "iter_input"]
