@@ -169,6 +169,45 @@ def test_every_package_carries_a_model_card_that_matches_its_manifest(packages):
         xmc.load(str(path), verify=True)   # every file, the card included, matches its SHA-256
 
 
+def test_code_version_is_dirty_only_when_the_model_code_changed(tmp_path):
+    """A clean checkout's pipeline rewrites dvc.lock and metrics/ before it packages: the commit stays clean;
+    a changed, staged or new file under the code paths makes it dirty."""
+    import subprocess
+
+    from xmc.package.package import code_version
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    for rel, text in {"xmc/a.py": "x = 1\n", "stages/train.py": "", "metrics/m.json": "{}\n",
+                      "dvc.lock": "stages: {}\n"}.items():
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "one")
+    head = git("rev-parse", "--short=12", "HEAD")
+    assert code_version(tmp_path)["git"] == head
+    (tmp_path / "metrics/m.json").write_text('{"P@1": 50.0}\n')
+    (tmp_path / "dvc.lock").write_text("stages: {a: {}}\n")
+    (tmp_path / "metrics/new.json").write_text("{}\n")
+    assert code_version(tmp_path)["git"] == head
+    assert code_version(tmp_path / "metrics")["git"] == head   # paths are the repository root's, from anywhere
+    (tmp_path / "xmc/a.py").write_text("x = 2\n")
+    assert code_version(tmp_path)["git"] == head + "-dirty"
+    git("add", "xmc/a.py")
+    assert code_version(tmp_path / "metrics")["git"] == head + "-dirty"
+    git("reset", "-q", "--hard")
+    (tmp_path / "stages/extra.py").write_text("")
+    assert code_version(tmp_path)["git"] == head + "-dirty"
+    (tmp_path / "stages/extra.py").unlink()
+    (tmp_path / "pyproject.toml").write_text("[project]\n")
+    assert code_version(tmp_path)["git"] == head + "-dirty"
+    outside = tmp_path.parent / f"{tmp_path.name}-plain"
+    outside.mkdir()
+    assert "git" not in code_version(outside)   # not a git checkout: no commit, no error
+
+
 def test_card_training_line_reads_one_stage_and_two_stage_summaries():
     """A MACLR summary has a step count per stage and a machine but no device; the card must not show "?" for it."""
     from xmc.package.card import encoder_card, training_budget, training_record

@@ -75,16 +75,27 @@ def _files_of(root: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+# What computes a model, relative to the repository root. The pipeline rewrites tracked files as it runs
+# (dvc.lock, metrics/, plots), so a whole-tree check would mark every package a clean checkout builds as dirty.
+CODE_PATHS = ("xmc", "stages", "pyproject.toml")
+
+
 def code_version(repo: str | Path = ".") -> dict[str, Any]:
-    """The xmc version and, inside a git checkout, the commit (``-dirty`` when the tree has changes)."""
+    """The xmc version and, inside a git checkout, the commit, with ``-dirty`` when the code that builds models
+    (:data:`CODE_PATHS`: changed, staged or new files) differs from it. The params are in the manifest."""
     from xmc import __version__
 
     out: dict[str, Any] = {"xmc": __version__}
+
+    def git(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, timeout=10)
+
     try:
-        p = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=repo, capture_output=True,
-                           text=True, timeout=10)
+        p = git("describe", "--always", "--abbrev=12")
         if p.returncode == 0 and p.stdout.strip():
-            out["git"] = p.stdout.strip()
+            status = git("status", "--porcelain", "--", *(f":/{path}" for path in CODE_PATHS))
+            dirty = status.returncode != 0 or bool(status.stdout.strip())
+            out["git"] = p.stdout.strip() + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
     return out
