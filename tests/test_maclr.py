@@ -140,6 +140,30 @@ def test_pairs_folder_roundtrip_and_version(tmp_path):
         PseudoPairs.load(tmp_path / "p")
 
 
+def test_damaged_pairs_folder_and_corpus_give_one_line_errors_at_the_line(tmp_path):
+    """A damaged pseudo-pairs file or processed text file is refused at its file and line, like the dataset readers."""
+    from xmc.errors import DataFormatError
+
+    f = fit_tfidf(INSTANCES, None, LABELS, {})
+    ids, sc = tfidf_topk(f.trn, f.lbl, 2)
+    PseudoPairs(INSTANCES, LABELS, ict_pairs_from_groups(INSTANCES, GROUPS), ids, sc).save(tmp_path / "p")
+    ict = tmp_path / "p/ict.jsonl"
+    lines = ict.read_bytes().splitlines(keepends=True)
+    for bad, match in ((b"\xff\xfe\n", "not valid UTF-8"), (b"[1, 2]\n", "expected a JSON object"),
+                       (b'{"i": 0, "context": \n', "invalid JSON")):
+        ict.write_bytes(lines[0] + bad + b"".join(lines[2:]))
+        with pytest.raises(DataFormatError, match=match) as e:
+            PseudoPairs.load(tmp_path / "p")
+        assert str(e.value).startswith(f"{ict}:2:") and "\n" not in str(e.value)
+    d = tmp_path / "processed"
+    d.mkdir()
+    (d / "trn.jsonl").write_text('{"uid": "a", "text": "x"}\n')
+    (d / "lbl.jsonl").write_bytes(b'{"text": "one"}\n{"text": "tw\x00o"}\n')
+    with pytest.raises(DataFormatError, match="NUL byte") as e:
+        load_texts_only(d)
+    assert str(e.value).startswith(f"{d / 'lbl.jsonl'}:2:")
+
+
 def test_cluster_schedule():
     s = ClusterSchedule(k0=4, t_k=3, t_update=2, total_steps=12)
     assert [s.k_at(t) for t in range(6)] == [4, 4, 4, 8, 8, 8]

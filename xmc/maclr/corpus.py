@@ -8,10 +8,10 @@ Stage I/II training stage reads.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from xmc.data.formats import read_json_lines
 from xmc.errors import DataFormatError
 
 
@@ -32,15 +32,10 @@ def _read_jsonl(path: Path, fields: tuple[str, ...]) -> list[dict]:
     if not path.exists():
         raise DataFormatError(path, None, "missing (run the ingest stage)")
     rows = []
-    with open(path, encoding="utf-8") as fh:
-        for i, line in enumerate(fh, 1):
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataFormatError(path, i, f"invalid JSON: {e.msg}") from None
-            if "text" not in rec:
-                raise DataFormatError(path, i, "record has no 'text'")
-            rows.append({f: rec.get(f) for f in fields})  # keep only the text fields
+    for i, rec in read_json_lines(path, empty=None):   # the dataset readers' checks: errors name the line
+        if "text" not in rec:
+            raise DataFormatError(path, i, "record has no 'text'")
+        rows.append({f: rec.get(f) for f in fields})  # keep only the text fields
     return rows
 
 

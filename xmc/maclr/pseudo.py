@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.data.formats import read_json_lines   # the dataset readers' checks: errors name the file and line
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import atomic_dir, write_json
 
@@ -150,8 +151,7 @@ def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh]
+    return [rec for _, rec in read_json_lines(path, empty=None)]
 
 
 @dataclass
