@@ -37,18 +37,30 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from bench.bow_training_speed import machine_peaks
 
 
-def trained_vectors(processed: str, epochs: int) -> tuple[Any, np.ndarray, np.ndarray]:
-    """(training label matrix, training sentence vectors, label vectors) of the shipped ``dexml_bow`` run trained
-    for ``epochs`` epochs (0: its own count)."""
+class ShippedRun(NamedTuple):
+    Y: Any            # the training label matrix (CSR)
+    texts: Any        # the training sentences
+    history: dict[str, Any]
+    sampler: Any      # the hard-negative sampler, with its refresh record
+    model: Any
+
+
+def train_shipped(processed: str, overrides: dict[str, Any] | None = None,
+                  on_refresh: Callable[[np.ndarray, np.ndarray], None] | None = None,
+                  beside: Callable[[], None] | None = None) -> ShippedRun:
+    """Train the shipped ``dexml_bow`` run (the pipeline's params, ``overrides`` merged into its config) with the
+    current library. ``on_refresh(query_vecs, label_vecs)`` sees every hard-negative refresh's vectors; ``beside()``
+    runs in a thread started with the training."""
     import torch
 
     from xmc.config import load_params
@@ -62,20 +74,40 @@ def trained_vectors(processed: str, epochs: int) -> tuple[Any, np.ndarray, np.nd
     params = load_params()
     ds = load_processed(processed, splits=("trn",))
     spec = find_run(params, "dexml_bow")
-    cfg = deep_merge(spec.config, {})
-    if epochs > 0:
-        cfg["train"]["epochs"] = epochs
+    cfg = deep_merge(spec.config, overrides or {})
     cfg["train"]["eval_every_epochs"] = 0
     with tempfile.TemporaryDirectory() as tmp:
         ctx = RunContext(params, RunSpec("dexml_bow", spec.method, cfg), Path(tmp) / "model", Path(tmp) / "work",
                          Path(tmp) / "plots")
         torch.manual_seed(int(cfg["train"]["seed"]))
         parts = get_method(spec.method).build(ctx, ds)
-        Trainer(parts.model, parts.sampler, parts.objective, TrainConfig.from_params(cfg["train"]), ds.trn.texts,
-                ctx.work_dir, fingerprint_extra=parts.fingerprint).fit()
-        labels = np.ascontiguousarray(parts.model.all_label_vectors(progress=False), dtype=np.float32)
-        queries = np.ascontiguousarray(parts.model.query_vectors_np(ds.trn.texts, progress=False), dtype=np.float32)
-    return ds.trn.Y.tocsr(), queries, labels
+        sampler = parts.sampler
+        if on_refresh is not None:
+            mine = sampler.refresh_from_vectors
+
+            def recorded(query_vecs: np.ndarray, label_vecs: np.ndarray, rows: np.ndarray | None = None) -> None:
+                on_refresh(query_vecs, label_vecs)
+                mine(query_vecs, label_vecs, rows)
+
+            sampler.refresh_from_vectors = recorded
+        trainer = Trainer(parts.model, sampler, parts.objective, TrainConfig.from_params(cfg["train"]),
+                          ds.trn.texts, ctx.work_dir, fingerprint_extra=parts.fingerprint)
+        thread = threading.Thread(target=beside) if beside is not None else None
+        if thread is not None:
+            thread.start()
+        result = trainer.fit()
+        if thread is not None:
+            thread.join()
+    return ShippedRun(ds.trn.Y.tocsr(), ds.trn.texts, result["history"], sampler, parts.model)
+
+
+def trained_vectors(processed: str, epochs: int) -> tuple[Any, np.ndarray, np.ndarray]:
+    """(training label matrix, training sentence vectors, label vectors) of the shipped ``dexml_bow`` run trained
+    for ``epochs`` epochs (0: its own count)."""
+    run = train_shipped(processed, {"train": {"epochs": epochs}} if epochs > 0 else None)
+    labels = np.ascontiguousarray(run.model.all_label_vectors(progress=False), dtype=np.float32)
+    queries = np.ascontiguousarray(run.model.query_vectors_np(run.texts, progress=False), dtype=np.float32)
+    return run.Y, queries, labels
 
 
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:

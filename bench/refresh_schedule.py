@@ -25,61 +25,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import tempfile
-import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
 from bench.bow_training_speed import machine_peaks
-
-
-def train_shipped(processed: str, overrides: dict[str, Any],
-                  on_refresh: Callable[[np.ndarray, np.ndarray], None] | None = None,
-                  beside: Callable[[], None] | None = None) -> tuple[Any, dict[str, Any], Any]:
-    """Train the shipped ``dexml_bow`` run with ``overrides`` merged into its config. ``on_refresh(query_vecs,
-    label_vecs)`` sees every refresh's vectors; ``beside()`` runs in a thread started with the training. Returns
-    (training label matrix, the trainer's history, the sampler)."""
-    import torch
-
-    from xmc.config import load_params
-    from xmc.config.schema import deep_merge
-    from xmc.data import load_processed
-    from xmc.methods import get_method
-    from xmc.methods.base import RunContext
-    from xmc.methods.runs import RunSpec, find_run
-    from xmc.train import TrainConfig, Trainer
-
-    params = load_params()
-    ds = load_processed(processed, splits=("trn",))
-    spec = find_run(params, "dexml_bow")
-    cfg = deep_merge(spec.config, overrides)
-    cfg["train"]["eval_every_epochs"] = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        ctx = RunContext(params, RunSpec("dexml_bow", spec.method, cfg), Path(tmp) / "model", Path(tmp) / "work",
-                         Path(tmp) / "plots")
-        torch.manual_seed(int(cfg["train"]["seed"]))
-        parts = get_method(spec.method).build(ctx, ds)
-        sampler = parts.sampler
-        if on_refresh is not None:
-            mine = sampler.refresh_from_vectors
-
-            def recorded(query_vecs: np.ndarray, label_vecs: np.ndarray, rows: np.ndarray | None = None) -> None:
-                on_refresh(query_vecs, label_vecs)
-                mine(query_vecs, label_vecs, rows)
-
-            sampler.refresh_from_vectors = recorded
-        trainer = Trainer(parts.model, sampler, parts.objective, TrainConfig.from_params(cfg["train"]),
-                          ds.trn.texts, ctx.work_dir, fingerprint_extra=parts.fingerprint)
-        thread = threading.Thread(target=beside) if beside is not None else None
-        if thread is not None:
-            thread.start()
-        result = trainer.fit()
-        if thread is not None:
-            thread.join()
-    return ds.trn.Y.tocsr(), result["history"], sampler
+from bench.mining_search import train_shipped
 
 
 def epoch_seconds(history: dict[str, Any]) -> list[float]:
@@ -96,7 +49,7 @@ def overlap(processed: str, Y: Any, Q: np.ndarray, L: np.ndarray, size: int, rep
     rounds: dict[str, list[dict[str, float]]] = {"alone": [], "together_faiss_threads_1": [],
                                                  "together_faiss_threads_2": []}
     for _ in range(repeats):
-        _, hist, _ = train_shipped(processed, {"train": {"epochs": 1}})
+        hist = train_shipped(processed, {"train": {"epochs": 1}}).history
         t0 = time.perf_counter()
         mine_shortlist(Y, Q, L, size)
         rounds["alone"].append({"steps_s": epoch_seconds(hist)[0], "search_s": round(time.perf_counter() - t0, 2)})
@@ -109,7 +62,7 @@ def overlap(processed: str, Y: Any, Q: np.ndarray, L: np.ndarray, size: int, rep
                 mine_shortlist(Y, Q, L, size)
                 took["s"] = time.perf_counter() - t
 
-            _, hist, _ = train_shipped(processed, {"train": {"epochs": 1}}, beside=search)
+            hist = train_shipped(processed, {"train": {"epochs": 1}}, beside=search).history
             rounds[f"together_faiss_threads_{threads}"].append({"steps_s": epoch_seconds(hist)[0],
                                                                 "search_s": round(took["s"], 2)})
         print("overlap round", {k: v[-1] for k, v in rounds.items()}, flush=True)
@@ -136,7 +89,7 @@ def batch_size(processed: str, sizes: tuple[int, ...] = (256, 512, 1024)) -> dic
     """The first epoch (no refresh) at each batch size: 14,073 sentences either way."""
     out = {}
     for bs in sizes:
-        _, hist, _ = train_shipped(processed, {"train": {"epochs": 1, "batch_size": bs}})
+        hist = train_shipped(processed, {"train": {"epochs": 1, "batch_size": bs}}).history
         out[str(bs)] = {"epoch_s": epoch_seconds(hist)[0], "steps": int(hist["epochs"][0]["steps"])}
         print("batch_size", bs, out[str(bs)], flush=True)
     return out
@@ -168,7 +121,8 @@ def shortlist_drift(processed: str, size: int, widths: tuple[int, ...] = (100, 2
     from xmc.negatives.samplers import mine_shortlist
 
     snaps: list[tuple[np.ndarray, np.ndarray]] = []
-    Y, hist, sampler = train_shipped(processed, {}, on_refresh=lambda q, lv: snaps.append((q.copy(), lv.copy())))
+    run = train_shipped(processed, on_refresh=lambda q, lv: snaps.append((q.copy(), lv.copy())))
+    Y, hist, sampler = run.Y, run.history, run.sampler
     out: dict[str, Any] = {"epoch_s": epoch_seconds(hist),
                            "refresh_s": [round(float(x), 2) for x in sampler.refresh_seconds], "refreshes": []}
     lists = [{k: mine_shortlist(Y, q, lv, k) for k in widths} for q, lv in snaps]
