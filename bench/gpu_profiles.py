@@ -20,6 +20,12 @@ Three steps, because the GPU machine has neither the data nor the encoder packag
     python -m bench.gpu_profiles refuse DIR... --calls N,...   # here: collected calls fused again with the
                                                  # label names when the fusion changed (no new lease)
 
+With faiss-gpu (the image has CUDA 13 and no faiss; see :func:`pack_faiss_gpu`):
+
+    python -m bench.gpu_profiles pack --faiss-gpu --data-dirs data/processed   # the methods' data only: 64 MiB
+    # there, before python starts: source bench/faiss_gpu/env.sh .gpu
+    python -m bench.gpu_profiles faiss-check --out $OUT   # ANNIndex on the GPU against the CPU -> faiss_gpu.json
+
 ``pack`` stores MiniLM's weights in float16 (the transfer limit; the machine rebuilds float32 weights from them),
 and of the word-embedding table only the rows of the word pieces that occur in the carried texts, as int8 with a
 float16 scale per row (the other rows are never looked up by this data; they are rebuilt as zeros). Sentence
@@ -41,7 +47,10 @@ import tarfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 CARRY = ROOT / ".gpu"
@@ -198,9 +207,12 @@ def used_token_ids(tokenizer: Any, roots: list[Path]) -> set[int]:
     return ids
 
 
-def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset: int = 6) -> dict[str, Any]:
+def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset: int = 6,
+         data_dirs: list[str] | None = None, faiss_gpu: bool = False) -> dict[str, Any]:
     """``.gpu/``: data.tar.xz, minilm/ (float16 weights, int8 used embedding rows, xz), wheels/ (what the GPU
-    image lacks)."""
+    image lacks). ``data_dirs``: only these of :data:`DATA_DIRS` (a lease that runs some methods; the carry limit).
+    ``faiss_gpu``: faiss-gpu (``faiss_gpu.tar.xz``, see :func:`pack_faiss_gpu`) in place of the faiss-cpu wheel."""
+    data_dirs = list(data_dirs or DATA_DIRS)
     import numpy as np
     import torch
     from safetensors.torch import load_file, save
@@ -209,11 +221,11 @@ def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset
     from xmc.encoders.transformer import default_model_dir
 
     dest.mkdir(parents=True, exist_ok=True)
-    missing = [d for d in DATA_DIRS if not (data_root / d).is_dir()]
+    missing = [d for d in data_dirs if not (data_root / d).is_dir()]
     if missing:
         raise SystemExit(f"missing {', '.join(missing)}: run `dvc repro graph maclr_pseudo_pairs` first")
     with tarfile.open(dest / "data.tar.xz", "w:xz") as tar:
-        for d in DATA_DIRS:
+        for d in data_dirs:
             tar.add(data_root / d, arcname=d)
     src = Path(default_model_dir())
     out = dest / "minilm"
@@ -222,7 +234,7 @@ def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset
         (out / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src / f, out / f)
     tok = AutoTokenizer.from_pretrained(str(src), local_files_only=True)
-    keep = np.array(sorted(used_token_ids(tok, [data_root / d for d in DATA_DIRS])), np.int64)
+    keep = np.array(sorted(used_token_ids(tok, [data_root / d for d in data_dirs])), np.int64)
     state = load_file(str(src / "model.safetensors"))
     emb = state.pop(EMBEDDING)
     rows = emb[torch.from_numpy(keep)]
@@ -240,11 +252,78 @@ def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset
                "3.12", "--implementation", "cp", "-d", str(wd),
                *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
                              "manylinux2014_x86_64") for a in ("--platform", p)], *WHEELS]
+        if faiss_gpu:
+            cmd = [a for a in cmd if not a.startswith("faiss-cpu")]
         subprocess.run(cmd, check=True)
+    (dest / "faiss_gpu.tar.xz").unlink(missing_ok=True)
+    if faiss_gpu:
+        pack_faiss_gpu(dest / "faiss_gpu.tar.xz")
     size = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
     info = {"bytes": size, "embedding_rows_kept": int(len(keep)), "vocab_size": int(emb.shape[0])}
     print(json.dumps(info))
     return info
+
+
+# faiss-gpu-cu12 1.14.1 has sm_70 / sm_80 code only ("no kernel image is available" on an H200, lease 5); the
+# faiss-gpu wheel (1.15) has sm_90
+FAISS_GPU = ["faiss-gpu==1.15.1", "nvidia-cuda-runtime-cu12==12.9.79"]
+FAISS_GPU_ARCH = 90   # the H200's; the wheel's other architectures are blanked (bench/faiss_gpu/fatbin.py)
+SHIM = ROOT / "bench" / "faiss_gpu"
+
+
+def pack_faiss_gpu(path: Path) -> None:
+    """``path`` (tar.xz): ``site/faiss`` (the faiss-gpu wheel's files) and ``cuda12/`` (the CUDA 12 runtime,
+    ``libcublas.so.12`` built from ``bench/faiss_gpu/cublas12_shim.c`` and an empty ``libcublasLt.so.12``).
+
+    The GPU image has CUDA 13 only. PyPI's faiss-gpu wheel is built for CUDA 12 and needs its runtime (0.7 MB,
+    carried) and cuBLAS 12 (about 600 MB, past the device tool's 64 MiB carry limit): the shim forwards the eight
+    cuBLAS calls faiss makes to the image's cuBLAS 13. The wheel's own OpenBLAS goes too (4.3 MB compressed with its
+    Fortran runtime); ``blas_shim.c`` forwards faiss's BLAS/LAPACK calls to the OpenBLAS inside the image's scipy.
+    ``libfaiss.so`` keeps only the sm_90 code (199 MB with six architectures; 13 MB compressed with one).
+    ``bench/faiss_gpu/env.sh`` sets the machine up."""
+    import tempfile
+    import zipfile
+
+    from bench.faiss_gpu.fatbin import keep_only
+
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+                        "--python-version", "3.12", "--implementation", "cp", "-d", str(t / "whl"),
+                        *[a for p in ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64",
+                                      "manylinux2014_x86_64") for a in ("--platform", p)], *FAISS_GPU], check=True)
+        site, libs = t / "site", t / "cuda12"
+        libs.mkdir()
+        for whl in sorted((t / "whl").glob("*.whl")):
+            with zipfile.ZipFile(whl) as z:
+                if whl.name.startswith("faiss"):
+                    z.extractall(site)
+                else:
+                    (libs / "libcudart.so.12").write_bytes(z.read("nvidia/cuda_runtime/lib/libcudart.so.12"))
+        for f in site.rglob("*.so*"):
+            f.chmod(0o755)
+        # the marker makes faiss/__init__ preload CUDA 12 from the nvidia-*-cu12 packages; env.sh's
+        # LD_LIBRARY_PATH supplies the runtime and the shims instead
+        (site / "faiss" / "_gpu_build.py").unlink()
+        print(f"libfaiss.so: {sorted(keep_only(site / 'faiss' / 'libfaiss.so', FAISS_GPU_ARCH).items())}")
+        # the bundled OpenBLAS (and the gfortran / quadmath only it needs) gives way to bench/faiss_gpu/blas_shim.c
+        bundled = site / "faiss_gpu.libs"
+        (blas,) = bundled.glob("libopenblas*.so")
+        for f in [blas, *bundled.glob("libgfortran*"), *bundled.glob("libquadmath*")]:
+            f.unlink()
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(blas), str(SHIM / "blas_shim.c"), "-ldl"],
+                       check=True)
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O2", "-o", str(libs / "libcublas.so.12"),
+                        "-Wl,-soname,libcublas.so.12", f"-Wl,--version-script={SHIM / 'cublas12.map'}",
+                        str(SHIM / "cublas12_shim.c"), "-ldl"], check=True)
+        (t / "empty.c").write_text("/* libcublasLt.so.12: needed by name only */\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(libs / "libcublasLt.so.12"),
+                        "-Wl,-soname,libcublasLt.so.12", str(t / "empty.c")], check=True)
+        tmp_out = path.with_name(path.name + ".tmp")
+        with tarfile.open(tmp_out, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:   # the carry limit: 0.5 MB
+            tar.add(site, arcname="site")
+            tar.add(libs, arcname="cuda12")
+        os.replace(tmp_out, path)
 
 
 def _vocab_size(blob: bytes) -> int:
@@ -274,6 +353,101 @@ def unpack(carry: Path, work: Path) -> Path:
     save_file(state, str(model / "model.safetensors"))
     shutil.copy2(ROOT / "params.yaml", work / "params.yaml")
     return model
+
+
+# ------------------------------------------------------------------------------------------------
+# faiss-check (there): does faiss-gpu work through xmc's index, and what does it buy
+# ------------------------------------------------------------------------------------------------
+def _clustered(n: int, d: int, seed: int, centres: int = 2000) -> np.ndarray:
+    """``n`` unit vectors around ``centres`` random directions (embeddings cluster; uniform noise has no IVF
+    structure), float32."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    c = rng.standard_normal((centres, d)).astype(np.float32)
+    out = np.empty((n, d), np.float32)
+    for s in range(0, n, 262144):
+        m = min(262144, n - s)
+        x = c[rng.integers(0, centres, m)] + 0.7 * rng.standard_normal((m, d)).astype(np.float32)
+        out[s : s + m] = x / np.linalg.norm(x, axis=1, keepdims=True)
+    return out
+
+
+def _timed_index(vectors: Any, queries: Any, k: int, use_gpu: bool, kind: str = "exact",
+                 recall_target: float | None = None, repeats: int = 3) -> tuple[dict[str, Any], Any]:
+    """Build an ANNIndex and search ``queries`` (best of ``repeats``); returns timings and the ids."""
+    from xmc.ann import ANNIndex
+
+    t0 = time.perf_counter()
+    idx = ANNIndex(kind=kind, use_gpu=use_gpu, recall_target=recall_target)
+    idx.build(vectors, queries=queries[:1000] if recall_target else None, recall_k=k)
+    build = time.perf_counter() - t0
+    best, ids = float("inf"), None
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _, ids = idx.search(queries, k)
+        best = min(best, time.perf_counter() - t0)
+    return {"kind": idx.kind, "on_gpu": idx.on_gpu, "build_s": round(build, 3), "search_s": round(best, 4),
+            "queries_per_s": round(len(queries) / best), **({"nprobe": idx.nprobe} if idx.kind == "ivf" else {})}, ids
+
+
+def _overlap(a: Any, b: Any) -> float:
+    """Mean fraction of each row's ids in ``a`` that are in the same row of ``b`` (order ignored)."""
+    return float(sum(len(set(x.tolist()) & set(y.tolist())) for x, y in zip(a, b)) / a.size)
+
+
+def faiss_check(out: Path, large: int = 1_000_000) -> dict[str, Any]:
+    """xmc's ANNIndex on faiss-gpu against the same index on the CPU (all host cores): this data's shapes (25,819
+    labels, 14,073 training queries of DEXML's refresh; d 384 MiniLM, 769 ASTRA's classifier rows) exact, and
+    ``large`` vectors exact and IVF at recall 0.95. Top-100 overlap with the CPU's exact ids; ``out/faiss_gpu.json``."""
+    import faiss
+
+    from xmc.ann import gpu_available
+
+    out.mkdir(parents=True, exist_ok=True)
+    res: dict[str, Any] = {"faiss": faiss.__version__, "gpus": faiss.get_num_gpus(), "gpu_available": gpu_available(),
+                           "cpu_threads": faiss.omp_get_max_threads(), "cases": []}
+    if not res["gpu_available"]:
+        (out / "faiss_gpu.json").write_text(json.dumps(res, indent=1))
+        raise SystemExit("faiss sees no GPU")
+    cases = [("semcor labels, MiniLM", 25819, 384, 14073, "exact", None),
+             ("semcor labels, ASTRA classifier rows", 25819, 769, 14073, "exact", None)]
+    if large:
+        cases += [(f"{large:,} vectors", large, 384, 2000, "exact", None),
+                  (f"{large:,} vectors", large, 384, 2000, "ivf", 0.95)]
+    truth: dict[tuple[int, int], Any] = {}
+    for name, n, d, nq, kind, target in cases:
+        t_case = time.perf_counter()
+        x = _clustered(n, d, seed=n + d)
+        q = _clustered(nq, d, seed=n + d + 1)
+        row: dict[str, Any] = {"case": name, "vectors": n, "d": d, "queries": nq, "k": 100}
+        gpu, ids_gpu = _timed_index(x, q, 100, True, kind, target)
+        if (n, d) not in truth:
+            cpu, truth[(n, d)] = _timed_index(x, q, 100, False, "exact", None, repeats=1)
+            row["cpu_exact"] = cpu
+        row["gpu"] = gpu
+        row["overlap_with_cpu_exact"] = round(_overlap(ids_gpu, truth[(n, d)]), 5)
+        if not res["cases"]:
+            # ASTRA and UniDEC build and search their mining index in a background thread while the GPU trains
+            import threading
+
+            import torch
+
+            box: dict[str, Any] = {}
+            th = threading.Thread(target=lambda: box.update(zip(("t", "ids"), _timed_index(x, q, 100, True, kind))))
+            a = torch.randn(8192, 8192, device="cuda")
+            th.start()
+            while th.is_alive():
+                a = torch.nn.functional.normalize(a @ a, dim=1)
+            torch.cuda.synchronize()
+            row["gpu_in_thread_beside_torch"] = {**box["t"], "same_ids": bool((box["ids"] == ids_gpu).all())}
+        if "cpu_exact" in row:
+            row["search_speedup"] = round(row["cpu_exact"]["search_s"] / gpu["search_s"], 1)
+        row["case_s"] = round(time.perf_counter() - t_case, 1)
+        res["cases"].append(row)
+        print(json.dumps(row), flush=True)
+        (out / "faiss_gpu.json").write_text(json.dumps(res, indent=1))
+    return res
 
 
 # ------------------------------------------------------------------------------------------------
@@ -446,6 +620,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dest", type=Path, default=CARRY)
     p.add_argument("--no-wheels", action="store_true")
     p.add_argument("--data-root", type=Path, default=ROOT, help="the project folder whose data/ is packed")
+    p.add_argument("--data-dirs", default=",".join(DATA_DIRS), help="which of the data folders (comma-separated)")
+    p.add_argument("--faiss-gpu", action="store_true", help="faiss-gpu-cu12 + a cuBLAS 12 shim, not faiss-cpu")
     r = sub.add_parser("run", help="on the GPU machine")
     r.add_argument("--work", type=Path, required=True)
     r.add_argument("--out", type=Path, required=True)
@@ -455,6 +631,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--max-steps", type=int, default=0, help="cap every epoch at this many steps (a plumbing check)")
     r.add_argument("--total", type=float, default=float("inf"), help="seconds for all methods (a lease's limit)")
     r.add_argument("--epochs", default="", help="METHOD=N,...: train N epochs with no probe (cost known)")
+    k = sub.add_parser("faiss-check", help="on the GPU machine: xmc's ANNIndex on faiss-gpu against faiss on the CPU")
+    k.add_argument("--out", type=Path, required=True)
+    k.add_argument("--large", type=int, default=1_000_000, help="vectors of the large case (0: none)")
     c = sub.add_parser("collect", help="here: the files that came back -> metrics/gpu/, bench/gpu_profiles.json")
     c.add_argument("dirs", type=Path, nargs="+", help="the folders of the device calls, in order")
     c.add_argument("--peers", default="xr_linear", help="CPU runs to test against, where evaluation/tst/<peer>.npz is")
@@ -465,7 +644,10 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--peers", default="xr_linear", help="CPU runs to test against, where evaluation/tst/<peer>.npz is")
     args = ap.parse_args(argv)
     if args.cmd == "pack":
-        pack(args.dest, wheels=not args.no_wheels, data_root=args.data_root)
+        pack(args.dest, wheels=not args.no_wheels, data_root=args.data_root,
+             data_dirs=[d for d in args.data_dirs.split(",") if d], faiss_gpu=args.faiss_gpu)
+    elif args.cmd == "faiss-check":
+        faiss_check(args.out.resolve(), args.large)
     elif args.cmd == "run":
         methods = [m for m in args.methods.split(",") if m]
         unknown = sorted(set(methods) - set(PROFILES))
@@ -576,6 +758,18 @@ def _print_pairs(paired: list[dict[str, Any]], against: list[dict[str, Any]]) ->
               f"{x['b']:.2f}, {x['diff']:+.2f} {x['ci95']} p={x['p_value']:.3f}")
 
 
+def epoch_seconds(log: str) -> list[int]:
+    """The seconds of each finished epoch in a run's log, from its progress bars ("epoch 3/75: 100%|...| 28/28
+    [00:16<00:00, ...]"); a repeated final bar counts once."""
+    import re
+
+    out: dict[int, int] = {}
+    for m in re.finditer(r"epoch (\d+)/\d+: 100%\|[^|]*\|[^\[]*\[(?:(\d+):)?(\d+):(\d+)<", log):
+        h, mi, se = (int(x) if x else 0 for x in m.group(2, 3, 4))
+        out[int(m.group(1))] = h * 3600 + mi * 60 + se
+    return [out[k] for k in sorted(out)]
+
+
 def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: bool = True) -> dict[str, Any]:
     """The files of one or more device calls (in order) -> ``bench/gpu_profiles.json`` (every row, less its
     metrics, with the call it came from), ``metrics/gpu/<variant>.json`` and ``metrics_val/gpu/<variant>.json``
@@ -603,8 +797,11 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
             with tarfile.open(d / "gpu_outputs.tar.gz") as tar:
                 tar.extractall(Path(tmp) / str(c), filter="data")
             calls.append({k: v for k, v in part.items() if k != "rows"} | {"call": c})
+            log = d / "gpu_profiles.log"
             for row in part["rows"]:
                 row["call"] = c
+                if not row.get("ok") and log.exists():   # what a run stopped at its limit got through
+                    row["epoch_seconds_before_stop"] = epoch_seconds(log.read_text(errors="replace"))
                 new_rows.append(row)
                 for v in row.get("metrics") or {}:
                     if v not in best or row["epochs"] >= best[v]["epochs"]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pytest
 import torch
@@ -80,6 +82,17 @@ def test_a_batch_split_by_length_gives_the_vectors_and_gradients_of_one_padded_p
         enc.bucket_overhead_tokens = whole
     assert torch.allclose(split_v, one_v, atol=2e-6)
     assert torch.allclose(split_g, one_g, atol=1e-6, rtol=1e-4)
+    # on a GPU the batch goes through whole (one group), whatever the overhead
+    try:
+        enc.bucket_overhead_tokens = 0
+        lengths = [3, 17, 1, 24, 1, 20]
+        assert len(enc.length_groups(lengths)) == 6 - 1   # CPU: one group per distinct length
+        with mock.patch.object(type(enc), "device", new_callable=mock.PropertyMock,
+                               return_value=torch.device("cuda")):
+            (group,) = enc.length_groups(lengths)
+        assert group.tolist() == list(range(6))
+    finally:
+        enc.bucket_overhead_tokens = whole
     # encode sorts by token count and keeps the input order
     one_by_one = np.stack([enc.encode([t], "label")[0] for t in texts])
     assert np.allclose(enc.encode(texts, "label", batch_size=4), one_by_one, atol=2e-6)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -122,8 +123,12 @@ def first_reaching(ladder: list[int], recall_at: Callable[[int], float], target:
 
 
 def gpu_available() -> bool:
+    """Whether faiss can put an index on a GPU; ``XMC_FAISS_GPU=0`` keeps every ``auto`` index on the CPU (e.g.
+    when the GPU's memory is the training's)."""
     import faiss
 
+    if os.environ.get("XMC_FAISS_GPU", "").strip() == "0":
+        return False
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 

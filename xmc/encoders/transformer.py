@@ -111,7 +111,7 @@ def length_buckets(lengths: Sequence[int] | np.ndarray, overhead_tokens: int = 2
 
 class TransformerEncoder(TextEncoder):
     kind = "transformer"
-    #: the cost of one more pass through the model, in padded tokens, when a batch is split by length
+    #: the cost of one more pass through the model, in padded tokens, when a batch is split by length (on a CPU)
     bucket_overhead_tokens: int = 256
 
     def __init__(self, model_dir: str | None = None, pooling: str = "mean", max_len_query: int = 32,
@@ -165,9 +165,18 @@ class TransformerEncoder(TextEncoder):
         mask = tok["attention_mask"].unsqueeze(-1).to(hidden.dtype)
         return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
 
+    def length_groups(self, lengths: Sequence[int]) -> list[np.ndarray]:
+        """How a batch of these token counts goes through the model: on a CPU in :func:`length_buckets`' groups;
+        on a GPU whole. There a pass costs its kernel launches more than its tokens, and each new group shape
+        costs the CUDA allocator and cuBLAS a first time: the ASTRA GPU profile's epochs took 6-32 s with the
+        split (falling as the shapes recurred) against 4.8 s with whole batches (docs/gpu.md, lease 5)."""
+        if self.device.type != "cpu":
+            return [np.arange(len(lengths))]
+        return length_buckets(lengths, self.bucket_overhead_tokens)
+
     def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:
-        """Normalised vectors of ``texts``. A batch whose texts differ in length goes through the model in groups
-        of similar length (:func:`length_buckets`), each padded only to its own longest text: a training batch
+        """Normalised vectors of ``texts``. On a CPU a batch whose texts differ in length goes through the model in
+        groups of similar length (:meth:`length_groups`), each padded only to its own longest text: a training batch
         of sentences and label texts padded to its longest text is about a third padding at 32 tokens, more at 64.
         Padding is masked out of attention and pooling, so the vectors are the ones of one padded pass (to float
         rounding) and gradients flow through every group. The texts are tokenised once; each group pads its
@@ -179,7 +188,7 @@ class TransformerEncoder(TextEncoder):
         if len(texts) <= 1:
             return F.normalize(self.dropout(self._pooled(model, self.tokenize(texts, side))), dim=-1)
         enc = self.tokenizer(texts, truncation=True, max_length=self.max_len[side])
-        groups = length_buckets([len(ids) for ids in enc["input_ids"]], self.bucket_overhead_tokens)
+        groups = self.length_groups([len(ids) for ids in enc["input_ids"]])
         if len(groups) == 1:
             pooled = self._pooled(model, self.tokenizer.pad(enc, return_tensors="pt"))
         else:
