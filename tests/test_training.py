@@ -869,16 +869,21 @@ def test_a_sample_of_the_vectors_in_the_trained_ivf_lists_predicts_the_full_inde
     if idx.kind == "pq":
         assert cal["exact_seconds_per_1000"] <= before["exact_seconds_per_1000"]
 
-    # the time: an intercept plus a cost per vector held, from the two samples, extrapolated to every vector
-    real_clone = faiss.clone_index
+    # the time: an intercept plus a cost per vector held, from the two samples, extrapolated to every vector.
+    # The clock the probe reads shows a modelled time for each search of the probe's copy and for exact search,
+    # in place of the real one, so the extrapolation is checked exactly: with real searches, on a loaded 2-core box
+    # the second sample's search once timed faster than the first's, and the estimate came out 0.1 % short
+    real_clone, real_exact, real_clock = faiss.clone_index, ann.exact_top_ids, _time.perf_counter
+    intercept_s, per_vector_s, exact_call_s = 0.01, 5e-5, 1.0
+    shift = [0.0]   # modelled minus real seconds of the searches so far
 
-    # 50 ms per 1,000 vectors held, on top of the real search: 200 ms more per call for the second sample, several
-    # times the jitter of the real search (about 45 ms for these 300 queries) on a loaded 2-core box, where 2 ms per
-    # 1,000 once drowned in it (the second sample timed 6 ms slower, not 8 ms), and 20 ms per 1,000 came out 10 %
-    # short once (the real search of the second sample timed 8 ms faster than the first's)
-    per_vector_s = 5e-5
+    def modelled(seconds: float, search, *args):
+        t = real_clock()
+        out = search(*args)
+        shift[0] += seconds - (real_clock() - t)
+        return out
 
-    class SlowPerVector:
+    class ModelledTime:
         def __init__(self, index):
             self.index = index
 
@@ -892,18 +897,27 @@ def test_a_sample_of_the_vectors_in_the_trained_ivf_lists_predicts_the_full_inde
                 setattr(self.index, name, value)
 
         def search(self, *args):
-            _time.sleep(per_vector_s * self.index.ntotal)
-            return self.index.search(*args)
+            return modelled(intercept_s + per_vector_s * self.index.ntotal, self.index.search, *args)
 
-    monkeypatch.setattr(faiss, "clone_index", lambda index: SlowPerVector(real_clone(index)))
+    monkeypatch.setattr(faiss, "clone_index", lambda index: ModelledTime(real_clone(index)))
+    monkeypatch.setattr(ann, "exact_top_ids", lambda *args: modelled(exact_call_s, real_exact, *args))
+    monkeypatch.setattr(_time, "perf_counter", lambda: real_clock() + shift[0])
     cal = ANNIndex(kind="ivf", use_gpu=False, recall_target=0.95, calibration_sample=300).build(x, q).calibration
-    probe = cal["before"]["probe"]
-    one, two = probe["seconds_per_1000"]["4000"], probe["seconds_per_1000"]["8000"]
-    assert two - one > 0.9 * 1000 * per_vector_s * 4000 / 300   # the second sample's sleep shows in the slope
-    # (each time is rounded to 1 ms per 1,000 queries)
-    assert probe["estimated_seconds_per_1000"] == pytest.approx(one + (two - one) * 36_000 / 4_000, abs=0.012)
-    assert probe["skip"] and probe["estimated_seconds_per_1000"] > 1000 * per_vector_s * 40_000 / 300
+    monkeypatch.setattr(_time, "perf_counter", real_clock)
+    monkeypatch.setattr(ann, "exact_top_ids", real_exact)
     monkeypatch.setattr(faiss, "clone_index", real_clone)
+    probe = cal["before"]["probe"]
+    per_1000 = 1000 / 300   # each search times the 300 calibration queries
+    one, two = probe["seconds_per_1000"]["4000"], probe["seconds_per_1000"]["8000"]
+    # each time is rounded to 1 ms per 1,000 queries; the real work between the clock's readings is microseconds
+    assert one == pytest.approx(per_1000 * (intercept_s + per_vector_s * 4000), abs=0.002)
+    assert two == pytest.approx(per_1000 * (intercept_s + per_vector_s * 8000), abs=0.002)
+    assert probe["exact_seconds_per_1000"] == pytest.approx(per_1000 * exact_call_s, abs=0.002)
+    assert probe["estimated_seconds_per_1000"] == pytest.approx(one + (two - one) * 36_000 / 4_000, abs=0.012)
+    assert probe["estimated_seconds_per_1000"] == pytest.approx(per_1000 * (intercept_s + per_vector_s * 40_000),
+                                                                abs=0.012)
+    # both samples search faster than brute force: only the extrapolation to every vector finds the index slower
+    assert max(one, two) < probe["exact_seconds_per_1000"] < probe["estimated_seconds_per_1000"] and probe["skip"]
 
     # clustered vectors: the probe finds the few lists the target needs and the IVF index is built as before
     centres = rng.standard_normal((400, 64)).astype(np.float32)
