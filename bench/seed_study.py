@@ -4,27 +4,33 @@ The selection rule (``docs/selection.md``) compares one trained model per candid
 the validation sentences. That bootstrap holds the trained models fixed, so a difference smaller than what
 retraining from another seed moves can still come out "significant", and a real but small one can come out a
 tie. This script trains the run's default and each candidate from seeds 0..``--seeds``-1 (the encoder's
-initialisation and the batch order, as the ``*_seed1`` runs differ), ranks the validation split with each model
-(exact inner-product search, as ``predict@`` does at this label count), and reports per metric each side's mean
-and sd over the seeds and candidate − default as the mean of the per-seed differences, with a 95 % t-interval and
-the paired t-test's p. The test split is not read.
+initialisation and the batch order, as the ``*_seed1`` runs differ) and ranks the validation split with each
+model, through the pipeline's own calls (``train_run`` and ``predict_run``, the ``train@`` and ``predict@`` stages'
+library calls, in a scratch directory): what is compared is what the pipeline would train and serve. It reports
+per metric each side's mean and sd over the seeds and candidate − default as the mean of the per-seed
+differences, with a 95 % t-interval and the paired t-test's p. The test split is not read.
+
+A candidate is either overrides of the run's settings (``--candidates``) or another run of params.yaml
+(``--candidate-runs``, e.g. a selection choice's candidate runs), trained with its own settings:
 
     python -m bench.seed_study --run dexml_bow --seeds 9 \
         --candidates '{"refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}}' \
         [--processed data/processed] [--out bench/seed_studies/dexml_bow_refresh.json]
+    python -m bench.seed_study --run unidec --seeds 9 \
+        --candidate-runs unidec_unseen_keep,unidec_unseen_label_text,unidec_dropout01 \
+        --out bench/seed_studies/unidec.json
 
-Bag-of-words dual-encoder runs only (the models of ``bench.bow_training_speed``); not a test.
+Any method that trains on ``data/processed`` alone; not a test.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import json
-import os
 import tempfile
 from pathlib import Path
 from typing import Any
-
 
 from bench.bow_training_speed import VALIDATION_METRICS as METRICS
 from bench.bow_training_speed import validation_contributions
@@ -43,49 +49,87 @@ def compare_over_seeds(default: list[dict[str, float]], candidate: list[dict[str
     return {m: paired_over_seeds([r[m] for r in candidate], [r[m] for r in default], level) for m in METRICS}
 
 
+def seeded_params(params: dict[str, Any], run: str, overrides: dict[str, Any], seed: int) -> dict[str, Any]:
+    """A copy of ``params`` whose run ``run`` has ``overrides`` and trains from ``seed`` (the trainer's batch order
+    and, where the encoder has one, its initialisation), everything else as the pipeline has it."""
+    from xmc.config.schema import deep_merge
+    from xmc.methods.runs import _at, find_run
+
+    out = copy.deepcopy(params)
+    spec = find_run(out, run)
+    *parent, name = spec.where.split(".")
+    runs = _at(out, tuple(parent))
+    if not parent or not isinstance(runs, dict) or name not in runs:   # a peer or a derived run (st_mnrl)
+        raise SystemExit(f"--run/--candidate-runs {run}: not a trained run of params.yaml ({spec.where})")
+    seeds: dict[str, Any] = {"train": {"seed": seed}}
+    if "seed" in spec.config.get("encoder", {}):
+        seeds["encoder"] = {"seed": seed}
+    runs[name] = deep_merge(deep_merge(runs.get(name) or {}, overrides), seeds)
+    return out
+
+
+def train_and_rank(params: dict[str, Any], run: str, processed: Path, ds: Any) -> dict[str, Any]:
+    """Train ``run`` as ``train@<run>`` does and rank the validation split as ``predict@<run>`` does, in a scratch
+    root that sees ``processed`` as its processed data; its validation metrics and training time."""
+    from xmc.methods.base import predict_run, train_run
+
+    with tempfile.TemporaryDirectory(prefix="xmc-seed-study-") as tmp:
+        root = Path(tmp)
+        link = root / params["data"]["processed_dir"]
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(processed.resolve(), target_is_directory=True)
+        summary = train_run(params, run, root)
+        predict_run(params, run, ("val",), root, all_variants=False)
+        row: dict[str, Any] = validation_metrics(root / "predictions" / run / "val_topk.npz", ds, params["evaluate"])
+    row["train_seconds"] = summary.get("train_seconds")
+    if summary.get("final_loss") is not None:
+        row["final_loss"] = summary["final_loss"]
+    return row
+
+
 def main() -> None:
     from xmc.config import set_offline_env
 
     set_offline_env()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", default="dexml_bow")
-    ap.add_argument("--candidates", required=True, help="JSON: {name: overrides of the run's config}")
+    ap.add_argument("--candidates", default="{}", help="JSON: {name: overrides of the run's settings}")
+    ap.add_argument("--candidate-runs", default="", help="comma-separated runs of params.yaml, each a side of its own")
     ap.add_argument("--seeds", type=int, default=9)
     ap.add_argument("--processed", default="data/processed")
     ap.add_argument("--out", default="")
     a = ap.parse_args()
-    from xmc.methods.base import short_openmp_spin
-
-    short_openmp_spin()   # as the stages set it, before torch loads
-    import torch
-
-    from bench.bow_training_speed import VALIDATED_RUNS, run_variant
-    from xmc.config import load_params
+    from xmc.config import load_params, setup_logging
     from xmc.data import load_processed
+    from xmc.methods.runs import find_run
 
-    torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
+    setup_logging("WARNING")   # one line per trained model below, not the stages' logs
     params = load_params()
-    ev = params["evaluate"]
-    ds = load_processed(a.processed, splits=("trn", "val"))
-    if a.run not in VALIDATED_RUNS:
-        raise SystemExit(f"--run {a.run}: only {', '.join(VALIDATED_RUNS)} (dual encoders ranked by label vectors)")
-    sides = {"default": {}, **json.loads(a.candidates)}
-    peaks = {"bandwidth_GBps": 1.0, "matmul_GFLOPs": 1.0}   # the roofline is not this script's subject
+    processed = Path(a.processed)
+    ds = load_processed(processed, splits=("trn", "val"))
+    # side -> (run trained, overrides of its settings)
+    sides: dict[str, tuple[str, dict[str, Any]]] = {"default": (a.run, {})}
+    sides.update({name: (a.run, o) for name, o in json.loads(a.candidates).items()})
+    sides.update({r: (r, {}) for r in filter(None, a.candidate_runs.split(","))})
+    if len(sides) < 2:
+        raise SystemExit("--candidates or --candidate-runs: at least one candidate")
+    method = find_run(params, a.run).method
+    for side, (run, _) in sides.items():
+        if find_run(params, run).method != method:
+            raise SystemExit(f"--candidate-runs {run}: a {find_run(params, run).method} run, not {method}")
     per_seed: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(a.seeds):
-            for name, overrides in sides.items():
-                f = Path(tmp) / f"{name}_{seed}.npz"
-                fig = run_variant(a.run, a.run, overrides, params, ds, 0, peaks, f, seed)
-                row = {"seed": seed, **validation_metrics(f, ds, ev), "loop_seconds": fig["loop_seconds"],
-                       "final_loss": fig["final_loss"], "refreshes": fig["refreshes"]}
-                per_seed[name].append(row)
-                print(name, row, flush=True)
+    for seed in range(a.seeds):
+        for name, (run, overrides) in sides.items():
+            row = {"seed": seed, **train_and_rank(seeded_params(params, run, overrides, seed), run, processed, ds)}
+            per_seed[name].append(row)
+            print(name, row, flush=True)
     from xmc.metrics.bootstrap import split_fingerprint
 
     out: dict[str, Any] = {"run": a.run, "split": "val", "n_sentences": int(ds.val.Y.shape[0]),
                            "val_fingerprint": split_fingerprint(ds.val.Y), "seeds": a.seeds,
-                           "candidates": sides, "per_seed": per_seed, "candidate_minus_default": {}}
+                           "candidates": {name: overrides if run == a.run else {"run": run}
+                                          for name, (run, overrides) in sides.items()},
+                           "per_seed": per_seed, "candidate_minus_default": {}}
     for name in sides:
         if name != "default":
             out["candidate_minus_default"][name] = cmp = compare_over_seeds(per_seed["default"], per_seed[name])

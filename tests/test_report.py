@@ -390,6 +390,27 @@ def test_select_over_seeds_sees_a_gain_inside_the_seed_noise():
     assert paired_over_seeds([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])["p_value"] == 0.0   # the same gain on every seed
 
 
+def test_a_seed_study_side_is_the_pipelines_run_with_only_its_seed_and_overrides_changed():
+    """bench.seed_study trains each side through train_run: the run as params.yaml defines it, its seeds set."""
+    from bench.seed_study import seeded_params
+    from xmc.config import load_params
+    from xmc.methods.runs import find_run
+
+    params = load_params(ROOT / "params.yaml")
+    before = json.dumps(params, sort_keys=True, default=str)
+    cand = seeded_params(params, "unidec_dropout01", {}, 4)
+    assert json.dumps(params, sort_keys=True, default=str) == before   # a copy: the pipeline's params untouched
+    got, want = find_run(cand, "unidec_dropout01").config, find_run(params, "unidec_dropout01").config
+    assert got["train"]["seed"] == got["encoder"]["seed"] == 4 and got["model"]["dropout"] == 0.1
+    strip = lambda c: {**c, "train": {**c["train"], "seed": 0}, "encoder": {**c["encoder"], "seed": 0}}   # noqa: E731
+    assert strip(got) == strip(want)
+    assert find_run(cand, "unidec").config == find_run(params, "unidec").config   # the other runs as they were
+    over = find_run(seeded_params(params, "dexml_bow", {"negatives": {"refresh_every_epochs": 2}}, 1), "dexml_bow")
+    assert over.config["negatives"]["refresh_every_epochs"] == 2 and over.config["train"]["seed"] == 1
+    with pytest.raises(SystemExit, match="not a trained run"):
+        seeded_params(params, "tfidf_zeroshot", {}, 1)
+
+
 def test_split_fingerprint_names_the_instances_and_labels():
     from xmc.metrics.bootstrap import split_fingerprint
 
