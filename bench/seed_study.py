@@ -17,10 +17,10 @@ A candidate is either overrides of the run's settings (``--candidates``) or anot
         --candidates '{"refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}}' \
         [--processed data/processed] [--out bench/seed_studies/dexml_bow_refresh.json]
     python -m bench.seed_study --run unidec --seeds 9 \
-        --candidate-runs unidec_unseen_keep,unidec_unseen_label_text,unidec_dropout01 \
-        --out bench/seed_studies/unidec.json
+        --candidate-runs unidec_unseen_keep,unidec_dropout01 --out bench/seed_studies/unidec.json
 
-Any method that trains on ``data/processed`` alone; not a test.
+Any trained run: ``--processed`` is its processed data; what else it reads (RAMEN's graph, a local encoder) is
+read from the working directory, as the stages read it. Not a test.
 """
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ def main() -> None:
     sides.update({r: (r, {}) for r in filter(None, a.candidate_runs.split(","))})
     if len(sides) < 2:
         raise SystemExit("--candidates or --candidate-runs: at least one candidate")
+    if a.seeds < 2:   # the paired t-test over seeds needs two
+        raise SystemExit(f"--seeds {a.seeds}: at least 2")
     method = find_run(params, a.run).method
     for side, (run, _) in sides.items():
         if find_run(params, run).method != method:
