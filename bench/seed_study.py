@@ -105,8 +105,6 @@ def main() -> None:
 
     setup_logging("WARNING")   # one line per trained model below, not the stages' logs
     params = load_params()
-    processed = Path(a.processed)
-    ds = load_processed(processed, splits=("trn", "val"))
     # side -> (run trained, overrides of its settings)
     sides: dict[str, tuple[str, dict[str, Any]]] = {"default": (a.run, {})}
     sides.update({name: (a.run, o) for name, o in json.loads(a.candidates).items()})
@@ -119,6 +117,8 @@ def main() -> None:
     for side, (run, _) in sides.items():
         if find_run(params, run).method != method:
             raise SystemExit(f"--candidate-runs {run}: a {find_run(params, run).method} run, not {method}")
+    processed = Path(a.processed)
+    ds = load_processed(processed, splits=("trn", "val"))
     per_seed: dict[str, list[dict[str, Any]]] = {name: [] for name in sides}
     for seed in range(a.seeds):
         for name, (run, overrides) in sides.items():
