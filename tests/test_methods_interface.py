@@ -111,9 +111,12 @@ def test_one_harness_builds_the_trainer_and_stages_stay_thin():
     assert {"train", "predict", "predict_unidec", "label_prior", "tfidf_knn"} <= set(stages)
     for name, st in stages.items():
         cmd = (st.get("do") or st)["cmd"]
-        if name.startswith("train") and name != "train_xr_linear":  # the linear peer runs in its own environment
+        if name in ("train_xr_linear", "predict_xr_linear"):   # the linear peer runs in its own environment
+            assert cmd.startswith(".venv-pecos/bin/python -m stages.xr_linear "), name
+            continue
+        if name.startswith("train"):
             assert cmd.startswith("python -m stages.train "), name
-        if (name.startswith("predict") and name != "predict_xr_linear") or name in (
+        if name.startswith("predict") or name in (
                 "label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match", "name_match_prior"):
             assert cmd.startswith("python -m stages.predict "), name
 

@@ -23,8 +23,8 @@ def repo(tmp_path_factory):
 def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
     first = run(["dvc", "repro", "report"], repo)
     ran = stages_run(first.stdout)
-    assert {"ingest", "validate", "tfidf", "label_prior", "tfidf_zeroshot", "tfidf_knn", "train_xr_linear",
-            "predict_xr_linear", "report"} <= set(ran)
+    assert {"ingest", "validate", "tfidf", "label_prior", "tfidf_zeroshot", "tfidf_knn", "train_xr_linear@xr_linear",
+            "predict_xr_linear@xr_linear", "report"} <= set(ran)
     assert {"evaluate@label_prior", "evaluate@tfidf_zeroshot", "evaluate@tfidf_knn", "evaluate@xr_linear"} <= set(ran)
 
     meta = json.loads((repo / "data/processed/meta.json").read_text())

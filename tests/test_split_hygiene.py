@@ -117,8 +117,9 @@ def test_selection_candidates_are_predicted_and_validated() -> None:
     predicted = {**params["predictions"], **params["unidec_predictions"]}
     for suffix in ("_de_only", "_clf_only"):
         predicted.update({f"{r}{suffix}": v for r, v in params["unidec_predictions"].items()})
-    predicted.update({m: "val tst" for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear", "name_match",
+    predicted.update({m: "val tst" for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match",
                                               "name_match_prior")})
+    predicted.update(params["xr_linear_predictions"])
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     predicted["name_match_uncased"] = " ".join(stages["name_match_uncased"]["cmd"].split()[4:])   # its splits
     predicted.update({f"{r}_hybrid": "val tst" for r in params["hybrid"]["runs"]})

@@ -50,7 +50,7 @@ def repo(tmp_path_factory):
     save_processed(ds, root / "data/processed")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["data"]["processed_dir"] = "data/processed"
-    params["xr_linear"].update({"nr_splits": 2, "max_leaf_size": 2, "threads": 1})
+    params["xr_linear"]["defaults"].update({"nr_splits": 2, "max_leaf_size": 2, "threads": 1})
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(root / "data/tfidf")
     return root
@@ -65,10 +65,10 @@ def _stage(repo: Path, *argv: str) -> subprocess.CompletedProcess:
 def test_trains_and_predicts_the_training_topics(repo):
     from xmc.predictions import TopK
 
-    p = _stage(repo, "train")
+    p = _stage(repo, "train", "xr_linear")
     assert p.returncode == 0, p.stderr[-2000:]
     assert (repo / "models/xr_linear/model/param.json").is_file()
-    p = _stage(repo, "predict", "val", "tst")
+    p = _stage(repo, "predict", "xr_linear", "val", "tst")
     assert p.returncode == 0, p.stderr[-2000:]
     for split, first in (("val", 0), ("tst", 12)):
         top = TopK.load(repo / f"predictions/xr_linear/{split}_topk.npz")
@@ -77,6 +77,36 @@ def test_trains_and_predicts_the_training_topics(repo):
         assert (top.indices[:, 0] == truth).mean() >= 0.9, (split, top.indices[:, 0], truth)
         assert np.all(np.diff(top.scores[:, :4], axis=1) <= 0)
     assert "train_seconds" in (repo / "predictions/xr_linear/timing.json").read_text()
+
+
+def test_a_candidate_run_trains_its_own_settings_into_its_own_folders(repo):
+    """A selection candidate is the defaults with its overrides, trained and predicted (val only) under its name;
+    the reported run's model is untouched."""
+    import json
+
+    from xmc.predictions import TopK
+
+    before = (repo / "models/xr_linear/train_summary.json").read_text() if (repo / "models/xr_linear").exists() else None
+    assert _stage(repo, "train", "xr_linear_c1").returncode == 0
+    p = _stage(repo, "predict", "xr_linear_c1", "val")
+    assert p.returncode == 0, p.stderr[-2000:]
+    settings = json.loads((repo / "models/xr_linear_c1/train_summary.json").read_text())["settings"]
+    defaults = yaml.safe_load((repo / "params.yaml").read_text())["xr_linear"]["defaults"]
+    assert settings["Cp"] == settings["Cn"] == 1.0 != defaults["Cp"]
+    assert {k: v for k, v in settings.items() if k not in ("Cp", "Cn")} == \
+        {k: v for k, v in defaults.items() if k not in ("Cp", "Cn")}
+    assert TopK.load(repo / "predictions/xr_linear_c1/val_topk.npz").indices.shape[0] == 12
+    assert not (repo / "predictions/xr_linear_c1/tst_topk.npz").exists()
+    if before is not None:
+        assert (repo / "models/xr_linear/train_summary.json").read_text() == before
+
+
+def test_an_unknown_run_is_a_one_line_error_and_writes_nothing(repo):
+    p = _stage(repo, "train", "xr_linear_c2")
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert p.returncode == 2 and len(errors) == 1, p.stderr[-2000:]
+    assert "xr_linear_c2" in errors[0] and "xr_linear.runs" in errors[0] and "xr_linear_c1" in errors[0]
+    assert not (repo / "models/xr_linear_c2").exists()
 
 
 def test_the_peer_environment_transforms_texts_like_the_main_one(repo):
@@ -93,7 +123,7 @@ def test_the_peer_environment_transforms_texts_like_the_main_one(repo):
 
 
 def test_without_libpecos_the_error_is_one_line(repo):
-    p = subprocess.run([sys.executable, "-m", "stages.xr_linear", "train"], cwd=repo,
+    p = subprocess.run([sys.executable, "-m", "stages.xr_linear", "train", "xr_linear"], cwd=repo,
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert p.returncode == 2 and len(errors) == 1 and ".venv-pecos" in errors[0], p.stderr[-2000:]

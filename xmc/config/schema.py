@@ -591,8 +591,8 @@ class HybridConfig(Section):
     ensemble: EnsembleFusionConfig = EnsembleFusionConfig()
 
 
-class XrLinearConfig(Section):
-    """The linear one-vs-all peer (PECOS XR-Linear, ``stages/xr_linear.py``)."""
+class XrLinearRunConfig(Section):
+    """One run of the linear one-vs-all peer (PECOS XR-Linear, ``xmc/peers/xr_linear.py``)."""
 
     label_embedding: Literal["pifa", "pii"] = "pifa"   # label features for the label tree (PECOS LabelEmbeddingFactory)
     nr_splits: Annotated[int, Field(ge=2, le=1024)] = 16  # children per tree node
@@ -606,6 +606,13 @@ class XrLinearConfig(Section):
     post_processor: Literal["l3-hinge", "sigmoid", "noop", "l2-hinge", "log-sigmoid"] = "l3-hinge"
     seed: Seed = 0
     threads: Annotated[int, Field(ge=-1)] = -1   # -1: every core
+
+
+class XrLinearConfig(MethodSection):
+    """``defaults`` (an :class:`XrLinearRunConfig`) and ``runs``: the reported peer ``xr_linear`` and the selection
+    candidates, each the defaults with its overrides."""
+
+    runs: dict[str, dict[str, Any] | None] = {"xr_linear": {}}
 
 
 class IndexConfig(Section):
@@ -765,6 +772,7 @@ class ParamsConfig(Section):
     astra: AstraConfig = AstraConfig()
     predictions: dict[str, str] = {}
     unidec_predictions: dict[str, str] = {}
+    xr_linear_predictions: dict[str, str] = {}   # XR-Linear run -> the splits its predict_xr_linear stage writes
     methods: list[str] = []
     reported: list[str] = []
     validated: list[str] = []
@@ -779,7 +787,7 @@ class ParamsConfig(Section):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
-    @field_validator("predictions", "unidec_predictions")
+    @field_validator("predictions", "unidec_predictions", "xr_linear_predictions")
     @classmethod
     def _splits(cls, v: dict[str, str]) -> dict[str, str]:
         for run, splits in v.items():
@@ -916,7 +924,7 @@ def validate_params(raw: Any) -> dict[str, Any]:
         p["ramen"]["defaults"] = ramen_filled
         p["ramen"]["runs"] = _check_runs(RamenRunConfig, ramen_filled, p["ramen"]["runs"], ("ramen", "runs"),
                                          ("ramen", "defaults"), problems)
-    for section, model in (("unidec", UnidecRunConfig), ("astra", AstraRunConfig)):
+    for section, model in (("unidec", UnidecRunConfig), ("astra", AstraRunConfig), ("xr_linear", XrLinearRunConfig)):
         d, errs = _check(model, p[section]["defaults"], ())
         problems += [((section, "defaults") + loc, m) for loc, m in errs]
         if d is not None:
@@ -962,7 +970,8 @@ def predicted_splits(p: dict[str, Any], run: str) -> tuple[str, ...]:
     """The splits a run's prediction stage writes (params ``predictions`` / ``unidec_predictions``; a UniDEC space
     follows its run; a run listed in neither, e.g. a baseline, predicts both): a selection candidate has only val."""
     return tuple(str(p["predictions"].get(run) or p["unidec_predictions"].get(
-        run.removesuffix("_de_only").removesuffix("_clf_only")) or "val tst").split())
+        run.removesuffix("_de_only").removesuffix("_clf_only")) or p["xr_linear_predictions"].get(run)
+        or "val tst").split())
 
 
 def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
@@ -975,8 +984,8 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         return out  # a params file without prediction stages (a library or test setup): nothing to cross-check
     unidec = set(p["unidec"]["runs"])
     defined = (set(p["runs"]) | set(p["maclr"]["runs"]) | set(p["maclr"]["fewshot"]["runs"]) | set(p["pretrained"])
-               | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | {"st_mnrl", "label_prior", "tfidf_zeroshot",
-                                                                        "tfidf_knn", "xr_linear"}
+               | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | set(p["xr_linear"]["runs"])
+               | {"st_mnrl", "label_prior", "tfidf_zeroshot", "tfidf_knn"}
                | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")} | {"name_match", "name_match_prior", "name_match_uncased"})
     for i, run in enumerate(p["hybrid"]["runs"]):
         if run not in defined:
@@ -991,8 +1000,8 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
         # a member needs an index (a package predictor) and val and tst predictions. Like the report lists, a member
         # that a narrowed experiment removed is no error here, only a near miss of a defined run (a typo); the
         # fuse_ensemble stage says what is missing if it is run
-        if run == "xr_linear":
-            out.append((("hybrid", "ensemble", "members", i), "'xr_linear' has no predictor (a peer in its own "
+        if run in p["xr_linear"]["runs"]:
+            out.append((("hybrid", "ensemble", "members", i), f"{run!r} has no predictor (a peer in its own "
                                                              "environment)"))
         elif run not in defined:
             close = difflib.get_close_matches(str(run), sorted(defined), n=1, cutoff=0.8)
@@ -1032,6 +1041,8 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
             out.append((("unidec_predictions", run), f"{run!r} is also under predictions: list a UniDEC run under "
                                                      "one of them (unidec_predictions: every space; predictions: "
                                                      "its main space only)"))
+    for run in p["xr_linear_predictions"]:
+        check(("xr_linear_predictions", run), run, True, set(p["xr_linear"]["runs"]), "not a run under xr_linear.runs")
     for i, name in enumerate(p["methods"]):
         check(("methods", i), name, True)
     for name in p["packages"]:

@@ -2,7 +2,8 @@
 
 Runs live where their method's settings live (``runs.<name>`` over ``dual_encoder``, ``ramen.runs``,
 ``unidec.runs``, ``astra.runs``, ``maclr.runs``, ``maclr.fewshot.runs``, ``pretrained.<name>``), plus the
-single runs of the peers (``st_mnrl``, ``label_prior``, ``tfidf_zeroshot``, ``tfidf_knn``). A name is
+single runs of the peers (``st_mnrl``, ``label_prior``, ``tfidf_zeroshot``, ``tfidf_knn``; the linear peer's runs,
+``xr_linear.runs``, train in their own environment and are only checked for clashing names here). A name is
 defined once across all of them (the schema refuses a name defined twice), so a stage needs only the name.
 """
 
@@ -71,6 +72,8 @@ def duplicate_runs(params: dict[str, Any]) -> list[tuple[str, list[str]]]:
     for name in PEER_RUNS:
         if name in seen:
             seen[name].append(name)
+    for name in (_at(params, ("xr_linear", "runs")) or {}):   # the linear peer's runs (xmc.peers.xr_linear)
+        seen.setdefault(name, []).append(f"xr_linear.runs.{name}")
     return [(n, where) for n, where in seen.items() if len(where) > 1]
 
 

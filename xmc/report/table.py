@@ -38,7 +38,7 @@ def kind_of(method: str) -> str:
     ``method`` (one of the papers' methods)."""
     if method.endswith("_hybrid"):
         return "hybrid"
-    return "peer" if method in PEERS else "method"
+    return "peer" if method in PEERS or method.startswith("xr_linear_") else "method"
 
 
 def best_per_column(rows: list[dict[str, Any]]) -> dict[str, float]:
