@@ -970,7 +970,7 @@ def predicted_splits(p: dict[str, Any], run: str) -> tuple[str, ...]:
     """The splits a run's prediction stage writes (params ``predictions`` / ``unidec_predictions``; a UniDEC space
     follows its run; a run listed in neither, e.g. a baseline, predicts both): a selection candidate has only val."""
     return tuple(str(p["predictions"].get(run) or p["unidec_predictions"].get(
-        run.removesuffix("_de_only").removesuffix("_clf_only")) or p["xr_linear_predictions"].get(run)
+        run.removesuffix("_de_only").removesuffix("_clf_only")) or (p.get("xr_linear_predictions") or {}).get(run)
         or "val tst").split())
 
 
