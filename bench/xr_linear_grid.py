@@ -33,7 +33,8 @@ from typing import Any
 METRICS = ("P@1", "P@5", "PSP@5", "R@100")
 
 
-def _validation(params: dict[str, Any]) -> dict[str, Any]:
+def validation_data(params: dict[str, Any]) -> dict[str, Any]:
+    """The training split's TF-IDF rows and labels, and the validation split's (the ``tfidf`` stage's vectoriser)."""
     import numpy as np
     import scipy.sparse as sp
 
@@ -48,7 +49,9 @@ def _validation(params: dict[str, Any]) -> dict[str, Any]:
             "n_train": Ytrn.shape[0]}
 
 
-def _cell(data: dict[str, Any], cfg: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
+def train_and_rank(data: dict[str, Any], cfg: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
+    """One XR-Linear trained with settings ``cfg`` and its validation figures, seconds and per-instance
+    contributions (for paired tests)."""
     from xmc.metrics.bootstrap import instance_contributions
     from xmc.peers.xr_linear import fit_xr_linear, rank_xr_linear
 
@@ -87,7 +90,7 @@ def main() -> None:
     costs = [float(c) for c in args.costs.split(",")]
     widths = [int(s) for s in args.splits.split(",")]
     ref_c, ref_s = (float(args.reference.split(",")[0]), int(args.reference.split(",")[1]))
-    data = _validation(params)
+    data = validation_data(params)
 
     def cfg_of(c: float, s: int, seed: int = 0) -> dict[str, Any]:
         return {**base, "Cp": c, "Cn": c, "nr_splits": s, "seed": seed}
@@ -95,7 +98,7 @@ def main() -> None:
     cells: dict[tuple[float, int], dict[str, Any]] = {}
     for c in sorted(set(costs) | {ref_c}):
         for s in sorted(set(widths) | {ref_s}):
-            cells[(c, s)] = _cell(data, cfg_of(c, s), ev)
+            cells[(c, s)] = train_and_rank(data, cfg_of(c, s), ev)
             print(f"C={c:g} nr_splits={s}: {cells[(c, s)]['metrics']} train {cells[(c, s)]['train_seconds']} s",
                   flush=True)
     ref = cells[(ref_c, ref_s)]
@@ -110,7 +113,7 @@ def main() -> None:
     per_seed: dict[str, list[dict[str, float]]] = {"best": [], "reference": []}
     for seed in range(args.seeds):
         for side, (c, s) in (("best", (best_c, best_s)), ("reference", (ref_c, ref_s))):
-            cell = cells[(c, s)] if seed == 0 else _cell(data, cfg_of(c, s, seed), ev)
+            cell = cells[(c, s)] if seed == 0 else train_and_rank(data, cfg_of(c, s, seed), ev)
             per_seed[side].append({**cell["metrics"], "train_seconds": cell["train_seconds"]})
         print(f"seed {seed}: best {per_seed['best'][-1]} reference {per_seed['reference'][-1]}", flush=True)
     over_seeds = {m: paired_over_seeds([r[m] for r in per_seed["best"]], [r[m] for r in per_seed["reference"]])

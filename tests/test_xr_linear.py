@@ -127,3 +127,18 @@ def test_without_libpecos_the_error_is_one_line(repo):
                        env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120)
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert p.returncode == 2 and len(errors) == 1 and ".venv-pecos" in errors[0], p.stderr[-2000:]
+
+
+def test_a_knob_study_variant_parses_and_an_unknown_knob_is_refused():
+    from bench.xr_linear_knobs import parse_variant
+
+    defaults = {"max_leaf_size": 100, "label_embedding": "pifa", "Cp": 16.0}
+    assert parse_variant("pii_leaves200:max_leaf_size=200,label_embedding=pii", defaults) == (
+        "pii_leaves200", {"max_leaf_size": 200, "label_embedding": "pii"})
+    assert parse_variant("Cp=2.5", defaults) == ("Cp=2.5", {"Cp": 2.5})
+    with pytest.raises(SystemExit, match="'leaf_size' is not a knob"):
+        parse_variant("leaf_size=200", defaults)
+    with pytest.raises(SystemExit, match="expected key=value"):
+        parse_variant("leaves:max_leaf_size", defaults)
+    with pytest.raises(SystemExit, match="other than 'defaults'"):
+        parse_variant("defaults:max_leaf_size=200", defaults)
