@@ -49,6 +49,22 @@ def validation_data(params: dict[str, Any]) -> dict[str, Any]:
             "n_train": Ytrn.shape[0]}
 
 
+def parse_seed_args(ap: argparse.ArgumentParser, seeds_help: str, default_out: str) -> argparse.Namespace:
+    """``ap``'s arguments plus ``--seeds`` (at least 2: a paired t-test over seeds) and ``--out``, parsed."""
+    ap.add_argument("--seeds", type=int, default=5, help=seeds_help)
+    ap.add_argument("--out", default=default_out)
+    args = ap.parse_args()
+    if args.seeds < 2:
+        raise SystemExit("error: --seeds must be at least 2 (a paired t-test over seeds)")
+    return args
+
+
+def ranking_settings(params: dict[str, Any]) -> dict[str, Any]:
+    """How many labels a validation ranking keeps and the propensity model of PSP@k (``params.yaml: evaluate``)."""
+    ev = params["evaluate"]
+    return {"top_k": ev["top_k"], "psp_a": ev["propensity_a"], "psp_b": ev["propensity_b"]}
+
+
 def train_and_rank(data: dict[str, Any], cfg: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
     """One XR-Linear trained with settings ``cfg`` and its validation figures, seconds and per-instance
     contributions (for paired tests)."""
@@ -75,17 +91,12 @@ def main() -> None:
     ap.add_argument("--costs", default="1,2,4,8,16", help="values of C (Cp = Cn = C)")
     ap.add_argument("--splits", default="16,64,256", help="values of nr_splits (children per tree node)")
     ap.add_argument("--reference", default="1,16", help="C,nr_splits of the reference cell (PECOS's defaults)")
-    ap.add_argument("--seeds", type=int, default=5, help="tree seeds for the best cell against the reference")
-    ap.add_argument("--out", default="bench/xr_linear_grid.json")
-    args = ap.parse_args()
-    if args.seeds < 2:
-        raise SystemExit("error: --seeds must be at least 2 (a paired t-test over seeds)")
+    args = parse_seed_args(ap, "tree seeds for the best cell against the reference", "bench/xr_linear_grid.json")
 
     params = load_params()
     base = params["xr_linear"]["defaults"]
     sel = params["selection"]
-    ev = {"top_k": params["evaluate"]["top_k"], "psp_a": params["evaluate"]["propensity_a"],
-          "psp_b": params["evaluate"]["propensity_b"]}
+    ev = ranking_settings(params)
     boot = params["evaluate"]["bootstrap"]
     costs = [float(c) for c in args.costs.split(",")]
     widths = [int(s) for s in args.splits.split(",")]

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from bench.xr_linear_grid import METRICS, train_and_rank, validation_data
+from bench.xr_linear_grid import METRICS, parse_seed_args, ranking_settings, train_and_rank, validation_data
 
 
 def parse_variant(text: str, defaults: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -63,18 +63,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", action="append", required=True,
                     help="a side: [name:]key=value[,key=value] overriding xr_linear.defaults; repeat for several")
-    ap.add_argument("--seeds", type=int, default=5, help="tree seeds 0..N-1 for every variant and the defaults")
-    ap.add_argument("--out", default="bench/seed_studies/xr_linear_label_tree.json")
-    args = ap.parse_args()
-    if args.seeds < 2:
-        raise SystemExit("error: --seeds must be at least 2 (a paired t-test over seeds)")
+    args = parse_seed_args(ap, "tree seeds 0..N-1 for every variant and the defaults",
+                           "bench/seed_studies/xr_linear_label_tree.json")
 
     params = load_params()
     base = params["xr_linear"]["defaults"]
     sel = params["selection"]
     metric = sel["metric"]
-    ev = {"top_k": params["evaluate"]["top_k"], "psp_a": params["evaluate"]["propensity_a"],
-          "psp_b": params["evaluate"]["propensity_b"]}
+    ev = ranking_settings(params)
     variants = dict(parse_variant(v, base) for v in args.variant)
     if len(variants) != len(args.variant):
         raise SystemExit("error: two --variant sides have the same name")
