@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from bench.seed_study import compare_over_seeds
 from bench.xr_linear_grid import METRICS, parse_seed_args, ranking_settings, train_and_rank, validation_data
 
 
@@ -90,8 +91,9 @@ def main() -> None:
 
     results = []
     for name, overrides in variants.items():
-        diffs = {m: paired_over_seeds([r[m] for r in per_seed[name]], [r[m] for r in per_seed["defaults"]])
-                 for m in (*METRICS, "train_seconds")}
+        diffs = {**compare_over_seeds(per_seed["defaults"], per_seed[name]),
+                 "train_seconds": paired_over_seeds([r["train_seconds"] for r in per_seed[name]],
+                                                    [r["train_seconds"] for r in per_seed["defaults"]])}
         d = diffs[metric]
         results.append({"variant": name, "overrides": overrides, "minus_defaults": diffs,
                         "verdict": verdict(d["p_value"], d["diff"], sel["alpha"])})
