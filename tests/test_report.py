@@ -411,6 +411,54 @@ def test_a_seed_study_side_is_the_pipelines_run_with_only_its_seed_and_overrides
         seeded_params(params, "tfidf_zeroshot", {}, 1)
 
 
+def test_a_seed_study_cut_short_resumes_where_it_stopped(tmp_path, monkeypatch):
+    """--out is written after every model; --resume trains only the (seed, side) rows it lacks."""
+    import types
+
+    import bench.seed_study as study
+    import xmc.data
+    from xmc.methods.runs import find_run
+
+    val = types.SimpleNamespace(Y=sp.csr_matrix(np.eye(4, dtype=np.float32)))
+    monkeypatch.setattr(xmc.data, "load_processed", lambda *a, **k: types.SimpleNamespace(val=val))
+    monkeypatch.chdir(ROOT)
+    trained: list[tuple[str, int]] = []
+    budget = {"models": 3}
+
+    def fake_train_and_rank(params, run, processed, ds):
+        if len(trained) == budget["models"]:
+            raise MemoryError("killed")
+        seed = find_run(params, run).config["train"]["seed"]
+        trained.append((run, seed))
+        p5 = 40.0 + seed + (0.5 if run == "dexml_bow_refresh5" else 0.0)
+        return {"P@1": p5 + 20, "P@5": p5, "PSP@5": 17.0, "R@100": 60.0, "train_seconds": 1.0}
+
+    monkeypatch.setattr(study, "train_and_rank", fake_train_and_rank)
+    out = tmp_path / "study.json"
+    argv = ["seed_study", "--run", "dexml_bow", "--seeds", "3", "--candidate-runs", "dexml_bow_refresh5",
+            "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(MemoryError):
+        study.main()
+    cut = json.loads(out.read_text())
+    assert [r["seed"] for r in cut["per_seed"]["default"]] == [0, 1]
+    assert [r["seed"] for r in cut["per_seed"]["dexml_bow_refresh5"]] == [0]
+    cut["note"] = "added by hand"
+    out.write_text(json.dumps(cut))
+    budget["models"] = 100
+    monkeypatch.setattr(sys, "argv", argv + ["--resume"])
+    study.main()
+    assert trained[3:] == [("dexml_bow_refresh5", 1), ("dexml_bow", 2), ("dexml_bow_refresh5", 2)]
+    done = json.loads(out.read_text())
+    assert done["note"] == "added by hand"
+    assert [r["seed"] for r in done["per_seed"]["dexml_bow_refresh5"]] == [0, 1, 2]
+    assert done["candidate_minus_default"]["dexml_bow_refresh5"]["P@5"]["diff"] == pytest.approx(0.5)
+    monkeypatch.setattr(sys, "argv", ["seed_study", "--run", "dexml_bow", "--seeds", "3", "--candidate-runs",
+                                      "dexml_bow_refresh2", "--out", str(out), "--resume"])
+    with pytest.raises(SystemExit, match="another study"):
+        study.main()
+
+
 def test_split_fingerprint_names_the_instances_and_labels():
     from xmc.metrics.bootstrap import split_fingerprint
 
