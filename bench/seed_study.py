@@ -21,7 +21,8 @@ A candidate is either overrides of the run's settings (``--candidates``) or anot
 
 Any trained run: ``--processed`` is its processed data; what else it reads (RAMEN's graph, a local encoder) is
 read from the working directory, as the stages read it. ``--out`` is rewritten after every trained model, and
-``--resume`` keeps the rows it already holds, so a study cut short (a killed process) goes on where it stopped.
+``--resume`` keeps the rows it already holds, so a study cut short (a killed process) goes on where it stopped
+(``train_run`` gives each trained run's memory back: ``xmc.train.memory.release_freed_memory``).
 Not a test.
 """
 
@@ -70,23 +71,6 @@ def seeded_params(params: dict[str, Any], run: str, overrides: dict[str, Any], s
     return out
 
 
-def release_freed_memory() -> None:
-    """Collect the trained model's cycles and give glibc's free heap back to the system (``malloc_trim``).
-
-    The trainer raises malloc's trim and mmap thresholds (``xmc.train.memory``) so a step's large temporaries reuse
-    the heap; in one process that trains model after model, the freed tables of each stay resident: a 7-seed ASTRA
-    study grew to 24 GB over 19 trainings and was killed. After each model, a study holds one model's memory."""
-    import ctypes
-    import ctypes.util
-    import gc
-
-    gc.collect()
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):   # not glibc: its allocator manages this itself
-        pass
-
-
 def train_and_rank(params: dict[str, Any], run: str, processed: Path, ds: Any) -> dict[str, Any]:
     """Train ``run`` as ``train@<run>`` does and rank the validation split as ``predict@<run>`` does, in a scratch
     root that sees ``processed`` as its processed data; its validation metrics and training time."""
@@ -103,7 +87,6 @@ def train_and_rank(params: dict[str, Any], run: str, processed: Path, ds: Any) -
     row["train_seconds"] = summary.get("train_seconds")
     if summary.get("final_loss") is not None:
         row["final_loss"] = summary["final_loss"]
-    release_freed_memory()
     return row
 
 

@@ -1012,3 +1012,32 @@ def test_a_resumed_record_survives_a_summary_cut_short_by_the_kill(tmp_path, cap
     summary = json.loads((tmp_path / "rec" / "metrics.json").read_text())
     assert summary["step"] == 2 and summary["loss"] == 0.25
     assert len(hist.read_text().splitlines()) >= 4   # the history written before the kill is still there
+
+
+def test_a_finished_trainings_freed_heap_goes_back_to_the_system():
+    """Under the trainer's raised malloc thresholds a freed 320 MB block stays resident until
+    release_freed_memory (called by train_run when a run ends) hands it back; in a fresh process, so this worker's
+    allocator is left as it was."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import numpy as np
+from xmc.train.memory import release_freed_memory, reuse_freed_memory
+def rss_mb():
+    return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1]) // 1024
+if not reuse_freed_memory():
+    print('not glibc'); raise SystemExit
+a = np.ones(40_000_000)   # 320 MB, below the raised mmap threshold: from the heap
+del a
+held = rss_mb()
+release_freed_memory()
+print(held, rss_mb())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[1], check=True).stdout.split()
+    if out == ["not", "glibc"]:
+        pytest.skip("malloc is not glibc's")
+    held, after = map(int, out)
+    assert held - after > 250, (held, after)

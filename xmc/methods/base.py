@@ -273,6 +273,9 @@ def train_run(params: dict[str, Any], name: str, root: str | Path = ".") -> dict
             (tmp / "README.md").write_text(encoder_card(name, run.method, run.config, summary,
                                                         params["data"]["dataset_dir"]), encoding="utf-8")
     log.info("trained %s (%s) in %.1f s", name, run.method, summary.get("train_seconds", 0.0))
+    from xmc.train.memory import release_freed_memory
+
+    release_freed_memory()   # the run's tables are freed now; the trainer's malloc settings would keep them resident
     return summary
 
 
