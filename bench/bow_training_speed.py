@@ -201,6 +201,11 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
         t0 = time.perf_counter()
         result = trainer.fit()
         wall = time.perf_counter() - t0
+        # what the stage does after the loop and before saving (ASTRA: the logit adjustment of its biases), outside
+        # the timed loop, so the ranked model is the one the pipeline saves (a reference library may lack the hook)
+        after_fit = getattr(parts, "after_fit", None)
+        if after_fit is not None:
+            after_fit(result["history"])
         if val_topk is not None and method in VALIDATED_RUNS:
             rank_validation(parts.model, ds, val_topk)
     epochs_h = result["history"]["epochs"]

@@ -234,6 +234,26 @@ def test_tiny_end_to_end_train_improves_and_round_trips(tmp_path):
         ASTRAModel.load(tmp_path / "model", labels[:-1])
 
 
+def test_logit_adjustment_lowers_each_bias_by_tau_log_count_and_favours_the_rarer_of_two_tied_labels():
+    labels = ["first label", "second label", "third label"]
+    model = ASTRAModel(HashedBagOfWordsEncoder(dim=8, n_buckets=1 << 8, seed=0), labels, bias_init=-2.0)
+    phi = torch.from_numpy(model.query_vectors_np(["first label"], progress=False)[0, :-1])
+    with torch.no_grad():   # labels 0 and 1 score alike for this query (1 + bias); label 2 scores -1 + bias
+        model.W.weight[:2, :-1] = phi
+        model.W.weight[2, :-1] = -phi
+    weights = model.W.weight[:, :-1].detach().clone()
+    counts = np.array([99, 0, 7])
+    model.adjust_logits(counts, 0.0)
+    assert torch.equal(model.W.weight[:, -1], torch.full((3,), -2.0))
+    model.adjust_logits(counts, 0.5)
+    assert torch.allclose(model.W.weight[:, -1], torch.tensor(-2.0 - 0.5 * np.log1p(counts), dtype=torch.float32))
+    assert torch.equal(model.W.weight[:, :-1], weights)   # only the bias moves
+    scores = model.query_vectors_np(["first label"], progress=False) @ model.all_label_vectors().T
+    assert int(np.argmax(scores[0])) == 1   # the tie goes to the label with fewer training positives
+    with pytest.raises(ValueError, match="3 labels"):
+        model.adjust_logits(counts[:2], 0.5)
+
+
 def test_bad_settings_are_one_line_config_errors():
     _, labels, Y = synthetic(n_q=8, n_l=10)
     with pytest.raises(ConfigError, match="mine_with"):
@@ -242,3 +262,5 @@ def test_bad_settings_are_one_line_config_errors():
         ASTRANegatives(Y, 16, hard_negatives=0, uniform_negatives=0)
     with pytest.raises(ConfigError, match="init_classifiers"):
         build_astra_model({"kind": "bow", "dim": 8, "n_buckets": 256}, {"init_classifiers": "zeros"}, labels, Y)
+    with pytest.raises(ConfigError, match="logit_adjustment"):
+        build_astra_model({"kind": "bow", "dim": 8, "n_buckets": 256}, {"logit_adjustment": -0.5}, labels, Y)

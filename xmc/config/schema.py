@@ -422,6 +422,8 @@ class AstraModel(Section):
     init_classifiers: Literal["label_text", "random"] = "label_text"
     init_scale: PosFloat = 1.0
     bias_init: Any = "prior"   # "prior" (sigma(b) = mean positives per query / L) or a number
+    # tau of post-hoc logit adjustment, folded into the bias at the end of training: b_l -= tau * log(1 + n_l)
+    logit_adjustment: NonNegFloat = 0.0
 
     @field_validator("bias_init")
     @classmethod

@@ -126,6 +126,23 @@ class ASTRAModel(nn.Module):
         elif how != "random":
             raise ConfigError(f"astra.model.init_classifiers must be 'label_text' or 'random', not {how!r}")
 
+    @torch.no_grad()
+    def adjust_logits(self, label_counts: np.ndarray, tau: float) -> None:
+        """Post-hoc logit adjustment (Menon et al., 2021, "Long-tail learning via logit adjustment"), folded into
+        the bias column: b_l -= tau * log(1 + n_l), n_l the label's training positives. The model was fit on a
+        sampled objective (positives and mined negatives, not every label), which leaves frequent labels scored
+        above their share; the saved model carries the adjustment, so every predictor serves it as trained.
+        The +1 keeps labels never seen in training finite (a constant shift changes no ranking)."""
+        counts = np.asarray(label_counts, dtype=np.float64).ravel()
+        if counts.shape[0] != self.n_labels:
+            raise ValueError(f"label_counts has {counts.shape[0]} entries for {self.n_labels} labels")
+        if tau < 0:
+            raise ValueError(f"logit adjustment tau must be >= 0, not {tau}")
+        if tau == 0:
+            return
+        shift = torch.from_numpy((tau * np.log1p(counts[self.W.lo : self.W.hi])).astype(np.float32))
+        self.W.weight[:, -1] -= shift.to(self.W.weight.device)   # this rank's rows only (all in one process)
+
     # ---- persistence -----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
         W = self.W.gathered(dst=0)   # a label-sharded table comes together on rank 0, which alone writes it
@@ -597,9 +614,12 @@ class ASTRAMethod(TrainerMethod):
         sampler = build_astra_sampler(ds.trn.Y, model.dim, dict(cfg["negatives"]), Path(ctx.work_dir) / "shortlists",
                                       total_epochs=int(cfg["train"]["epochs"]))
 
+        tau = float(cfg["model"].get("logit_adjustment", 0.0))
+
         def after_fit(history: dict[str, Any]) -> dict[str, Any]:
             sampler.finish_pending()  # a background refresh still mining must not outlive the run
-            return {}
+            model.adjust_logits(np.asarray(ds.trn.Y.sum(axis=0)).ravel(), tau)
+            return {"logit_adjustment": tau}
 
         return TrainingParts(model, sampler, ASTRAObjective(),
                              fingerprint={"method": "astra", **{k: cfg[k] for k in ("encoder", "model", "negatives")},

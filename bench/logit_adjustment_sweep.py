@@ -1,0 +1,99 @@
+"""ASTRA's post-hoc logit adjustment swept over τ on the validation split, for trained models of the pipeline.
+
+``astra.model.logit_adjustment`` folds b_l −= τ·log(1 + n_l) into the classifier bias at the end of training (n_l:
+the label's training positives; Menon et al. 2021). The trained classifiers do not depend on τ, so one trained model
+scores every τ: this script loads ``models/<run>`` for each ``--runs`` (e.g. the default and its ``*_seed*`` runs),
+undoes the τ it was saved with (``train_summary.json``), and ranks the validation split once per τ of ``--taus``
+(exact scores over all labels, the pipeline's top-k and evaluation settings). It reports, per τ, each model's
+P@1 / P@5 / PSP@5 / R@100 and their mean over the models, and a split-half check of the choice: τ picked on the odd
+sentences by mean P@5 and scored on the even ones against τ = 0, and the reverse. The test split is not read.
+
+    python -m bench.logit_adjustment_sweep --runs astra,astra_seed1,astra_seed2 \\
+        [--taus 0,0.1,0.2,0.25,0.3,0.4,0.5] [--out bench/logit_adjustment_sweep.json]
+
+Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.bow_training_speed import VALIDATION_METRICS as METRICS
+
+
+def _topk(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
+    part = np.take_along_axis(S, idx, axis=1)
+    order = np.argsort(-part, axis=1, kind="stable")
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(part, order, axis=1)
+
+
+def main() -> None:
+    from xmc.config import load_params, set_offline_env, setup_logging
+
+    set_offline_env()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", default="astra")
+    ap.add_argument("--taus", default="0,0.1,0.2,0.25,0.3,0.4,0.5")
+    ap.add_argument("--processed", default="data/processed")
+    ap.add_argument("--models", default="models")
+    ap.add_argument("--out", default="")
+    a = ap.parse_args()
+    setup_logging("WARNING")
+    from xmc.data import load_processed
+    from xmc.methods.astra import ASTRAModel
+    from xmc.metrics.bootstrap import instance_contributions, split_fingerprint
+    from xmc.predictions import TopK
+
+    params = load_params()
+    ev = params["evaluate"]
+    k = int(max(max(ev["ks"]), max(ev["recall_ks"])))
+    ds = load_processed(a.processed, splits=("trn", "val"))
+    counts = np.asarray(ds.trn.Y.sum(axis=0)).ravel()
+    log_counts = np.log1p(counts).astype(np.float32)
+    taus = [float(t) for t in a.taus.split(",")]
+    if 0.0 not in taus:
+        taus = [0.0, *taus]
+    n = ds.val.Y.shape[0]
+    odd = np.arange(n) % 2 == 1
+    out: dict[str, Any] = {"split": "val", "n_sentences": int(n), "val_fingerprint": split_fingerprint(ds.val.Y),
+                           "runs": {}, "mean": {}, "split_half": {}}
+    p5_rows: dict[str, dict[float, np.ndarray]] = {}
+    for run in filter(None, a.runs.split(",")):
+        folder = Path(a.models) / run
+        summary = json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").is_file() else {}
+        trained_tau = float(summary.get("logit_adjustment") or 0.0)
+        model = ASTRAModel.load(folder, ds.label_texts)
+        S = model.query_vectors_np(list(ds.val.texts), progress=False) @ model.all_label_vectors().T
+        S += trained_tau * log_counts   # back to the scores as trained (τ = 0)
+        out["runs"][run] = {"trained_with_tau": trained_tau, "by_tau": {}}
+        p5_rows[run] = {}
+        for tau in taus:
+            idx, sc = _topk(S - tau * log_counts, k)
+            c = instance_contributions(TopK(idx, sc), ds.val.Y, counts, ds.trn.Y.shape[0], tuple(ev["ks"]),
+                                       tuple(ev["recall_ks"]), float(ev["propensity_a"]), float(ev["propensity_b"]))
+            vals = c.values()
+            out["runs"][run]["by_tau"][str(tau)] = {m: round(float(vals[m]), 2) for m in METRICS}
+            hits = np.asarray(ds.val.Y[np.arange(n)[:, None], idx[:, :5]].todense()).sum(axis=1) / 5 * 100
+            p5_rows[run][tau] = hits
+        print(run, json.dumps(out["runs"][run]["by_tau"]), flush=True)
+    runs = list(out["runs"])
+    for tau in taus:
+        out["mean"][str(tau)] = {m: round(float(np.mean([out["runs"][r]["by_tau"][str(tau)][m] for r in runs])), 2)
+                                 for m in METRICS}
+    for name, fit in (("fit_odd_score_even", odd), ("fit_even_score_odd", ~odd)):
+        best = max(taus, key=lambda t: float(np.mean([p5_rows[r][t][fit].mean() for r in runs])))
+        gain = float(np.mean([p5_rows[r][best][~fit].mean() - p5_rows[r][0.0][~fit].mean() for r in runs]))
+        out["split_half"][name] = {"tau": best, "P@5_gain_on_other_half": round(gain, 2)}
+    print("mean over models:", json.dumps(out["mean"]), "\nsplit half:", json.dumps(out["split_half"]), flush=True)
+    if a.out:
+        Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
