@@ -26,13 +26,6 @@ import numpy as np
 from bench.bow_training_speed import VALIDATION_METRICS as METRICS
 
 
-def _topk(S: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
-    part = np.take_along_axis(S, idx, axis=1)
-    order = np.argsort(-part, axis=1, kind="stable")
-    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(part, order, axis=1)
-
-
 def main() -> None:
     from xmc.config import load_params, set_offline_env, setup_logging
 
@@ -48,7 +41,7 @@ def main() -> None:
     from xmc.data import load_processed
     from xmc.methods.astra import ASTRAModel
     from xmc.metrics.bootstrap import instance_contributions, split_fingerprint
-    from xmc.predictions import TopK
+    from xmc.predictions import topk_from_scores
 
     params = load_params()
     ev = params["evaluate"]
@@ -63,7 +56,8 @@ def main() -> None:
     odd = np.arange(n) % 2 == 1
     out: dict[str, Any] = {"split": "val", "n_sentences": int(n), "val_fingerprint": split_fingerprint(ds.val.Y),
                            "runs": {}, "mean": {}, "split_half": {}}
-    p5_rows: dict[str, dict[float, np.ndarray]] = {}
+    # per run and τ: each sentence's P@5 numerator and denominator (the split-half check sums them over a half)
+    p5_parts: dict[str, dict[float, tuple[np.ndarray, np.ndarray]]] = {}
     for run in filter(None, a.runs.split(",")):
         folder = Path(a.models) / run
         summary = json.loads((folder / "train_summary.json").read_text()) if (folder / "train_summary.json").is_file() else {}
@@ -72,23 +66,27 @@ def main() -> None:
         S = model.query_vectors_np(list(ds.val.texts), progress=False) @ model.all_label_vectors().T
         S += trained_tau * log_counts   # back to the scores as trained (τ = 0)
         out["runs"][run] = {"trained_with_tau": trained_tau, "by_tau": {}}
-        p5_rows[run] = {}
+        p5_parts[run] = {}
         for tau in taus:
-            idx, sc = _topk(S - tau * log_counts, k)
-            c = instance_contributions(TopK(idx, sc), ds.val.Y, counts, ds.trn.Y.shape[0], tuple(ev["ks"]),
-                                       tuple(ev["recall_ks"]), float(ev["propensity_a"]), float(ev["propensity_b"]))
+            c = instance_contributions(topk_from_scores(S - tau * log_counts, k), ds.val.Y, counts, ds.trn.Y.shape[0],
+                                       tuple(ev["ks"]), tuple(ev["recall_ks"]), float(ev["propensity_a"]),
+                                       float(ev["propensity_b"]))
             vals = c.values()
             out["runs"][run]["by_tau"][str(tau)] = {m: round(float(vals[m]), 2) for m in METRICS}
-            hits = np.asarray(ds.val.Y[np.arange(n)[:, None], idx[:, :5]].todense()).sum(axis=1) / 5 * 100
-            p5_rows[run][tau] = hits
+            j = c.row("P@5")
+            p5_parts[run][tau] = (c.num[j], c.den[j])
         print(run, json.dumps(out["runs"][run]["by_tau"]), flush=True)
     runs = list(out["runs"])
     for tau in taus:
         out["mean"][str(tau)] = {m: round(float(np.mean([out["runs"][r]["by_tau"][str(tau)][m] for r in runs])), 2)
                                  for m in METRICS}
+    def p5(run: str, tau: float, rows: np.ndarray) -> float:
+        num, den = p5_parts[run][tau]
+        return 100.0 * float(num[rows].sum() / den[rows].sum())
+
     for name, fit in (("fit_odd_score_even", odd), ("fit_even_score_odd", ~odd)):
-        best = max(taus, key=lambda t: float(np.mean([p5_rows[r][t][fit].mean() for r in runs])))
-        gain = float(np.mean([p5_rows[r][best][~fit].mean() - p5_rows[r][0.0][~fit].mean() for r in runs]))
+        best = max(taus, key=lambda t: float(np.mean([p5(r, t, fit) for r in runs])))
+        gain = float(np.mean([p5(r, best, ~fit) - p5(r, 0.0, ~fit) for r in runs]))
         out["split_half"][name] = {"tau": best, "P@5_gain_on_other_half": round(gain, 2)}
     print("mean over models:", json.dumps(out["mean"]), "\nsplit half:", json.dumps(out["split_half"]), flush=True)
     if a.out:
