@@ -11,7 +11,7 @@ For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one c
 * ``new_paper_negatives`` (ASTRA): the paper's mixture (k_h = 20 stale hard + k_r = 200 weighted uniform negatives)
   for 6 epochs, the reference's settings: the same computation as the reference (equal final losses), so its ratio is
   the code's speed-up alone, where ``new`` also carries the defaults chosen since (hard negatives only, k_h = 500,
-  10 epochs: ``docs/selection.md``, round 16);
+  2^19 hashed rows, 16 epochs: ``docs/selection.md``, rounds 16-18);
 * ``new_shared_uniform`` (ASTRA): the selection candidate ``astra_shared_uniform`` (k_h = 20 and one uniform draw of
   2,000 labels per batch: docs/selection.md);
 * ``new_ivf_mining``: the selection candidates ``astra_ivf_mining_kmeans3`` / ``dexml_bow_ivf_mining_kmeans3`` (hard
