@@ -254,8 +254,10 @@ TORCH_ROW_ADAM = {"train": {"sparse_optimizer": "row_adam_torch"}}   # RowAdam w
 VARIANTS = {
     "astra": {"new": {},
               "new_torch_row_adam": TORCH_ROW_ADAM,
-              # the reference's computation on today's code: the paper's mixture for the reference's 6 epochs
+              # the reference's computation on today's code: the paper's mixture for the reference's 6 epochs, on
+              # the reference's 2^18 hashed rows and without the logit adjustment (round 17 of docs/selection.md)
               "new_paper_negatives": {"negatives": {"hard_negatives": 20, "uniform_negatives": 200},
+                                      "encoder": {"n_buckets": 262144}, "model": {"logit_adjustment": 0.0},
                                       "train": {"epochs": 6}},
               # the selection candidate astra_shared_uniform
               "new_shared_uniform": {"negatives": {"hard_negatives": 20, "uniform_shared": True,
