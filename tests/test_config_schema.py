@@ -47,6 +47,26 @@ def test_values_are_coerced_in_overrides_too(tmp_path):
     assert p["runs"]["dexml"] == {"train": {"warmup_ratio": 0.05}}  # YAML reads 5e-2 as a string
 
 
+def test_a_narrowed_hybrid_is_no_near_miss_of_a_run_but_a_typo_still_is(tmp_path):
+    # an experiment that drops dexml_bow from hybrid.runs leaves dexml_bow_hybrid in report.paired: a removed row,
+    # not a typo, though it is within the near-miss distance of the run dexml_bow_wide
+    import yaml
+
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    params["hybrid"]["runs"] = [r for r in params["hybrid"]["runs"] if r != "dexml_bow"]
+    params["methods"] = [m for m in params["methods"] if m != "dexml_bow_hybrid"]   # the main report must name runs
+    params["packages"] = [k for k in params["packages"] if k != "dexml_bow_hybrid"]
+    params["registry"]["promote"] = [k for k in params["registry"]["promote"] if k != "dexml_bow_hybrid"]
+    assert any("dexml_bow_hybrid" in pair for pair in params["report"]["paired"])
+    assert "dexml_bow_wide" in params["runs"]
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    load_params(tmp_path / "params.yaml")
+    params["report"]["paired"].append(["dexml_bow_wid", "dexml_bow"])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    with pytest.raises(ConfigError, match="did you mean 'dexml_bow_wide'"):
+        load_params(tmp_path / "params.yaml")
+
+
 def test_error_lines_follow_yaml_anchors(tmp_path):
     text = (ROOT / "params.yaml").read_text()
     bad = re.sub(r"(  train: &bow_train \{epochs: )\d+,", r"\g<1>-5,", text, count=1)
