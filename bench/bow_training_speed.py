@@ -18,6 +18,9 @@ For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one c
   negatives from an IVF index whose centroids get 3 k-means iterations, rebuilt at each refresh);
 * ``new_refresh_every_5_epochs`` (DEXML-BoW): the selection candidate ``dexml_bow_refresh5``, the shortlist re-mined
   every 5 epochs (the DEXML code's interval; the default, like the reference, re-mines at every epoch).
+* ``new_reference_size`` (DEXML-BoW): the reference's encoder size (d = 256 over 2^18 hashed rows, the selection
+  candidate ``dexml_bow_narrow``), so its ratio is the code's speed-up at the same table, where ``new`` also trains
+  the wider table chosen since (d = 768 over 2^19 rows, ``docs/selection.md``, round 20).
 
 Each variant trains ``--epochs`` full epochs (``0``: as many as its run trains in ``make run``, each side by its own
 params) from the same initialisation; the figure is sentences per second of
@@ -266,7 +269,11 @@ VARIANTS = {
     # the selection candidate dexml_bow_refresh5: the shortlist re-mined every 5 epochs (the default between rounds 5
     # and 9 of docs/selection.md), to separate what the code gained from what the interval gains
     "dexml_bow": {"new": {}, "new_torch_row_adam": TORCH_ROW_ADAM, "new_ivf_mining": IVF_MINING,
-                  "new_refresh_every_5_epochs": {"negatives": {"refresh_every_epochs": 5}}},
+                  "new_refresh_every_5_epochs": {"negatives": {"refresh_every_epochs": 5}},
+                  # the reference's encoder size (d = 256 over 2^18 hashed rows; the default until round 20 of
+                  # docs/selection.md): the code's own speed-up at the same table, where new also carries the
+                  # wider table chosen since (3x the row width, twice the rows)
+                  "new_reference_size": {"encoder": {"dim": 256, "n_buckets": 262144}}},
 }
 # the runs whose validation figures --validate compares: DEXML-BoW ranked by its label vectors, ASTRA by its
 # classifiers (both sides' models have all_label_vectors and query_vectors_np)
