@@ -17,7 +17,7 @@ A candidate is either overrides of the run's settings (``--candidates``) or anot
         --candidates '{"refresh_every_epoch": {"negatives": {"refresh_every_epochs": 1}}}' \
         [--processed data/processed] [--out bench/seed_studies/dexml_bow_refresh.json]
     python -m bench.seed_study --run unidec --seeds 9 \
-        --candidate-runs unidec_unseen_keep,unidec_dropout01 --out bench/seed_studies/unidec.json
+        --candidate-runs unidec_unseen_zero,unidec_dropout01 --out bench/seed_studies/unidec_example.json
 
 Any trained run: ``--processed`` is its processed data; what else it reads (RAMEN's graph, a local encoder) is
 read from the working directory, as the stages read it. ``--out`` is rewritten after every trained model, and
