@@ -18,6 +18,12 @@ A candidate is either overrides of the run's settings (``--candidates``) or anot
         [--processed data/processed] [--out bench/seed_studies/dexml_bow_refresh.json]
     python -m bench.seed_study --run unidec --seeds 9 \
         --candidate-runs unidec_unseen_zero,unidec_dropout01 --out bench/seed_studies/unidec_example.json
+    python -m bench.seed_study --run dexml_bow --seeds 5 --candidate-runs dexml_bow_epochs10 --hybrid \
+        --out bench/seed_studies/dexml_bow_hybrid_epochs.json
+
+``--hybrid`` also fuses every trained model with the label-name matches, as ``fuse@<run>`` does (the fusion fit on the
+validation split, its validation predictions cross-fitted by document), and compares the hybrids over the seeds
+too (``hybrid_candidate_minus_default``): a base model's choice need not carry over to its hybrid.
 
 Any trained run: ``--processed`` is its processed data; what else it reads (RAMEN's graph, a local encoder) is
 read from the working directory, as the stages read it. ``--out`` is rewritten after every trained model, and
@@ -71,9 +77,11 @@ def seeded_params(params: dict[str, Any], run: str, overrides: dict[str, Any], s
     return out
 
 
-def train_and_rank(params: dict[str, Any], run: str, processed: Path, ds: Any) -> dict[str, Any]:
+def train_and_rank(params: dict[str, Any], run: str, processed: Path, ds: Any, hybrid: bool = False) -> dict[str, Any]:
     """Train ``run`` as ``train@<run>`` does and rank the validation split as ``predict@<run>`` does, in a scratch
-    root that sees ``processed`` as its processed data; its validation metrics and training time."""
+    root that sees ``processed`` as its processed data; its validation metrics and training time. ``hybrid``: also
+    fuse the run's validation predictions with the label-name matches as ``fuse@<run>`` does (the fusion fit on
+    validation, its validation predictions cross-fitted by document) and add that hybrid's metrics as ``hybrid``."""
     from xmc.methods.base import predict_run, train_run
 
     with tempfile.TemporaryDirectory(prefix="xmc-seed-study-") as tmp:
@@ -84,6 +92,15 @@ def train_and_rank(params: dict[str, Any], run: str, processed: Path, ds: Any) -
         summary = train_run(params, run, root)
         predict_run(params, run, ("val",), root, all_variants=False)
         row: dict[str, Any] = validation_metrics(root / "predictions" / run / "val_topk.npz", ds, params["evaluate"])
+        if hybrid:
+            from xmc.lexical.fuse import SUFFIX, fuse_run
+
+            only_val = copy.deepcopy(params)
+            only_val["predictions"][run] = "val"   # the scratch root holds the validation predictions only
+            fused = fuse_run(only_val, run, root, with_predictor=False)
+            row["hybrid"] = validation_metrics(root / "predictions" / (run + SUFFIX) / "val_topk.npz", ds,
+                                               params["evaluate"])
+            row["hybrid"]["fusion_fit_seconds"] = fused["fusion_fit_seconds"]
     row["train_seconds"] = summary.get("train_seconds")
     if summary.get("final_loss") is not None:
         row["final_loss"] = summary["final_loss"]
@@ -101,6 +118,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=9)
     ap.add_argument("--processed", default="data/processed")
     ap.add_argument("--out", default="")
+    ap.add_argument("--hybrid", action="store_true",
+                    help="also fuse every model with the label-name matches (fuse@<run>) and compare the hybrids")
     ap.add_argument("--resume", action="store_true",
                     help="keep the (seed, side) rows already in --out and train only the missing ones")
     a = ap.parse_args()
@@ -130,11 +149,13 @@ def main() -> None:
     out: dict[str, Any] = {"run": a.run, "split": "val", "n_sentences": int(ds.val.Y.shape[0]),
                            "val_fingerprint": split_fingerprint(ds.val.Y), "seeds": a.seeds,
                            "candidates": candidates, "per_seed": {name: [] for name in sides},
-                           "candidate_minus_default": {}}
+                           "candidate_minus_default": {},
+                           **({"hybrid": True, "hybrid_candidate_minus_default": {}} if a.hybrid else {})}
     if a.resume and a.out and Path(a.out).is_file():
         before = json.loads(Path(a.out).read_text())
-        if before.get("candidates") != candidates or before.get("val_fingerprint") != out["val_fingerprint"]:
-            raise SystemExit(f"--resume: {a.out} holds another study (candidates or validation split differ)")
+        if (before.get("candidates") != candidates or before.get("val_fingerprint") != out["val_fingerprint"]
+                or bool(before.get("hybrid")) != a.hybrid):
+            raise SystemExit(f"--resume: {a.out} holds another study (candidates, validation split or --hybrid differ)")
         out["per_seed"].update({k: v for k, v in before["per_seed"].items() if k in sides})
         out.update({k: v for k, v in before.items() if k not in out})   # notes added to the file by hand
     per_seed: dict[str, list[dict[str, Any]]] = out["per_seed"]
@@ -142,7 +163,8 @@ def main() -> None:
         for name, (run, overrides) in sides.items():
             if any(r["seed"] == seed for r in per_seed[name]):
                 continue
-            row = {"seed": seed, **train_and_rank(seeded_params(params, run, overrides, seed), run, processed, ds)}
+            seeded = seeded_params(params, run, overrides, seed)
+            row = {"seed": seed, **train_and_rank(seeded, run, processed, ds, hybrid=a.hybrid)}
             per_seed[name].append(row)
             per_seed[name].sort(key=lambda r: r["seed"])
             print(name, row, flush=True)
@@ -152,6 +174,10 @@ def main() -> None:
         if name != "default":
             out["candidate_minus_default"][name] = cmp = compare_over_seeds(per_seed["default"], per_seed[name])
             print(name, "- default over seeds:", json.dumps(cmp), flush=True)
+            if a.hybrid:
+                out["hybrid_candidate_minus_default"][name] = hcmp = compare_over_seeds(
+                    [r["hybrid"] for r in per_seed["default"]], [r["hybrid"] for r in per_seed[name]])
+                print(name, "hybrid - default hybrid over seeds:", json.dumps(hcmp), flush=True)
     if a.out:
         Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
 

@@ -425,13 +425,17 @@ def test_a_seed_study_cut_short_resumes_where_it_stopped(tmp_path, monkeypatch):
     trained: list[tuple[str, int]] = []
     budget = {"models": 3}
 
-    def fake_train_and_rank(params, run, processed, ds):
+    def fake_train_and_rank(params, run, processed, ds, hybrid=False):
         if len(trained) == budget["models"]:
             raise MemoryError("killed")
         seed = find_run(params, run).config["train"]["seed"]
         trained.append((run, seed))
         p5 = 40.0 + seed + (0.5 if run == "dexml_bow_refresh5" else 0.0)
-        return {"P@1": p5 + 20, "P@5": p5, "PSP@5": 17.0, "R@100": 60.0, "train_seconds": 1.0}
+        row = {"P@1": p5 + 20, "P@5": p5, "PSP@5": 17.0, "R@100": 60.0, "train_seconds": 1.0}
+        if hybrid:   # the hybrid does not follow its base: the candidate's hybrid is 0.25 lower on every seed
+            h = 60.0 + seed - (0.25 if run == "dexml_bow_refresh5" else 0.0)
+            row["hybrid"] = {"P@1": h + 20, "P@5": h, "PSP@5": 18.0, "R@100": 80.0}
+        return row
 
     monkeypatch.setattr(study, "train_and_rank", fake_train_and_rank)
     out = tmp_path / "study.json"
@@ -457,6 +461,17 @@ def test_a_seed_study_cut_short_resumes_where_it_stopped(tmp_path, monkeypatch):
                                       "dexml_bow_refresh2", "--out", str(out), "--resume"])
     with pytest.raises(SystemExit, match="another study"):
         study.main()
+    assert "hybrid_candidate_minus_default" not in done
+    monkeypatch.setattr(sys, "argv", argv + ["--resume", "--hybrid"])   # the rows hold no hybrid metrics
+    with pytest.raises(SystemExit, match="another study"):
+        study.main()
+    hybrid_out = tmp_path / "hybrid_study.json"
+    monkeypatch.setattr(sys, "argv", [*argv[:-1], str(hybrid_out), "--hybrid"])
+    study.main()
+    fused = json.loads(hybrid_out.read_text())
+    assert fused["hybrid"] is True
+    assert fused["candidate_minus_default"]["dexml_bow_refresh5"]["P@5"]["diff"] == pytest.approx(0.5)
+    assert fused["hybrid_candidate_minus_default"]["dexml_bow_refresh5"]["P@5"]["diff"] == pytest.approx(-0.25)
 
 
 def test_split_fingerprint_names_the_instances_and_labels():
