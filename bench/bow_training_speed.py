@@ -1,6 +1,7 @@
 """Bag-of-words training speed: today's step against the code the speed issue was filed on, and against the roofline.
 
-For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one command on the same data:
+For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs; ``--runs`` also takes ``ramen`` and ``unidec``,
+the other two bag-of-words methods), in one command on the same data:
 
 * ``reference``: the library at ``--reference`` (default 4d3dee1, the code when issue 19 asked for a 5x faster
   step), checked out in a temporary git worktree and measured by this script's own code in a subprocess, with that
@@ -18,9 +19,11 @@ For ASTRA and DEXML-BoW (the shipped ``astra`` and ``dexml_bow`` runs), in one c
   negatives from an IVF index whose centroids get 3 k-means iterations, rebuilt at each refresh);
 * ``new_refresh_every_5_epochs`` (DEXML-BoW): the selection candidate ``dexml_bow_refresh5``, the shortlist re-mined
   every 5 epochs (the DEXML code's interval; the default, like the reference, re-mines at every epoch).
-* ``new_reference_size`` (DEXML-BoW): the reference's encoder size (d = 256 over 2^18 hashed rows, the selection
-  candidate ``dexml_bow_narrow``), so its ratio is the code's speed-up at the same table, where ``new`` also trains
-  the wider table chosen since (d = 768 over 2^19 rows, ``docs/selection.md``, round 20).
+* ``new_reference_size`` (DEXML-BoW, RAMEN, UniDEC): the reference's encoder size (d = 256 over 2^18 hashed rows; for
+  UniDEC heads of 256: the selection candidates ``dexml_bow_narrow``, ``ramen_narrow``, ``unidec_narrow``), where
+  ``new`` also trains the wider table chosen since (d = 768 over 2^19 rows, ``docs/selection.md``, rounds 19-20).
+  RAMEN's and UniDEC's other defaults also changed since the reference (RAMEN without its query graph, UniDEC's
+  unseen-label rows and dropout), so for them this is the code at the reference's table, not the same computation.
 
 Each variant trains ``--epochs`` full epochs (``0``: as many as its run trains in ``make run``, each side by its own
 params) from the same initialisation; the figure is sentences per second of
@@ -35,13 +38,15 @@ epoch is sum over steps of max(bytes / bandwidth, FLOPs / peak), plus, for each 
 the search of the training queries it mined (all, or those the steps until the next refresh draw) against every
 label at the matrix-product peak (exact: 2 N L d FLOPs; IVF
 mining: its k-means, assignment, coarse search and scanned lists; encoding the texts is small beside it); measured / roofline says how far the loop is from what the hardware allows.
+The roofline is counted for ASTRA and DEXML-BoW only (issue 19's two targets); RAMEN's anchor sets and UniDEC's
+heads and classifier table are not in ``step_cost``, so their rows carry times and no roofline.
 
     python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
                                        [--runs astra,dexml_bow] [--repeats 3] [--validate] [--seeds]
                                        [--out bench/bow_training_speed.json]
 
 ``--validate``: the first pair's models (reference and ``new``) also rank the validation split (exact search: DEXML-BoW
-by its label vectors, ASTRA by its classifiers), and the JSON gets both sides' P@1 / P@5 / PSP@5 / R@100 and the
+and RAMEN by their label vectors, UniDEC in its main space, ASTRA by its classifiers), and the JSON gets both sides' P@1 / P@5 / PSP@5 / R@100 and the
 paired bootstrap of new − reference with the pipeline's evaluation settings (``runs.<run>.validation``): the
 speed-up's "at equal or better validation metrics", measured in the same command.
 
@@ -166,7 +171,8 @@ def rank_validation(model: Any, ds: Any, out: Path, k: int = 100) -> None:
 
 
 def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[str, Any], ds: Any, epochs: int,
-                peaks: dict[str, float], val_topk: Path | None = None, seed: int | None = None) -> dict[str, Any]:
+                peaks: dict[str, float], val_topk: Path | None = None, seed: int | None = None,
+                data_root: Path | None = None) -> dict[str, Any]:
     from xmc.config.schema import deep_merge
     from xmc.methods import get_method
     from xmc.methods.base import RunContext
@@ -180,6 +186,10 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     if epochs > 0:   # else the run's own length, as `make run` trains it
         cfg["train"]["epochs"] = epochs
     cfg["train"]["eval_every_epochs"] = 0
+    if data_root is not None and str(cfg.get("graph_dir", "")).startswith("data/"):
+        # RAMEN's anchor sets (the graph stage's output) beside --processed, for both sides (the reference worker
+        # runs in a bare worktree)
+        cfg["graph_dir"] = str(data_root / str(cfg["graph_dir"])[len("data/"):])
     if seed is not None:   # another training draw: the encoder's initialisation and the batch order, as seed runs do
         cfg["train"]["seed"] = seed
         if "seed" in cfg.get("encoder", {}):
@@ -195,12 +205,13 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
         bytes_, flops = [], []
         sampler = parts.sampler
         batches = sampler.query_batches(0, trainer.cfg.batch_size, trainer.cfg.seed)[: trainer.steps_per_epoch]
-        for i, qi in enumerate(batches[:8]):
+        for i, qi in enumerate(batches[:8] if method in ROOFLINE_RUNS else []):
             b = sampler.make_batch(qi, np.random.default_rng([trainer.cfg.seed, 0, i]))
             m, f = step_cost(method, parts.model, b, ds.trn.texts, ds.label_texts)
             bytes_.append(m)
             flops.append(f)
-        per_step = max(np.mean(bytes_) / (peaks["bandwidth_GBps"] * 1e9), np.mean(flops) / (peaks["matmul_GFLOPs"] * 1e9))
+        per_step = max(np.mean(bytes_) / (peaks["bandwidth_GBps"] * 1e9),
+                       np.mean(flops) / (peaks["matmul_GFLOPs"] * 1e9)) if bytes_ else None
         t0 = time.perf_counter()
         result = trainer.fit()
         wall = time.perf_counter() - t0
@@ -215,6 +226,15 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     loop = sum(e["seconds"] for e in epochs_h)
     n = sum(e["steps"] for e in epochs_h) * trainer.cfg.batch_size
     n = min(n, len(ds.trn) * len(epochs_h))
+    per_epoch = min(trainer.steps_per_epoch * trainer.cfg.batch_size, len(ds.trn))
+    times = {"seed": int(cfg["train"]["seed"]), "epochs": len(epochs_h), "loop_seconds": round(loop, 2),
+             "wall_seconds": round(wall, 2), "sentences_per_s": round(n / loop, 1),
+             # the first epoch also hashes every text once (the encoder caches the ids), later ones add refreshes
+             "epoch_sentences_per_s": [round(per_epoch / e["seconds"], 1) for e in epochs_h],
+             "epoch_seconds": [round(e["seconds"], 2) for e in epochs_h],
+             "final_loss": result["history"]["loss"][-1]["loss"]}
+    if per_step is None:   # no roofline counted for this method
+        return times
     steps_roof = per_step * trainer.steps_per_epoch * len(epochs_h)
     # the hard-negative refreshes are in the loop's time too: each encodes the training queries it mines (all of
     # them, or those the steps until the next refresh draw) and every label, and searches them, exactly (the mining
@@ -239,12 +259,7 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     refresh_flops = refresh_flops_all / max(1, len(mined))
     refresh_roof = refresh_flops_all / (peaks["matmul_GFLOPs"] * 1e9)
     roof = steps_roof + refresh_roof
-    per_epoch = min(trainer.steps_per_epoch * trainer.cfg.batch_size, len(ds.trn))
-    return {"seed": int(cfg["train"]["seed"]), "epochs": len(epochs_h), "loop_seconds": round(loop, 2), "wall_seconds": round(wall, 2),
-            "sentences_per_s": round(n / loop, 1),
-            # the first epoch also hashes every text once (the encoder caches the ids), later ones add refreshes
-            "epoch_sentences_per_s": [round(per_epoch / e["seconds"], 1) for e in epochs_h],
-            "final_loss": result["history"]["loss"][-1]["loss"],
+    return {**times,
             "step_bytes_MB": round(float(np.mean(bytes_)) / 1e6, 1), "step_GFLOP": round(float(np.mean(flops)) / 1e9, 2),
             "refreshes": refreshes, "mined_queries": mined, "refresh_TFLOP": round(refresh_flops / 1e12, 3),
             "roofline_steps_seconds": round(float(steps_roof), 2), "roofline_refresh_seconds": round(float(refresh_roof), 2),
@@ -254,6 +269,7 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
 
 IVF_MINING = {"negatives": {"index_kind": "ivf", "kmeans_iters": 3}}   # selection candidates *_ivf_mining_kmeans3
 TORCH_ROW_ADAM = {"train": {"sparse_optimizer": "row_adam_torch"}}   # RowAdam without its C kernel (xmc/native)
+NARROW = {"encoder": {"dim": 256, "n_buckets": 262144}}   # the reference's bag-of-words table (d 256 over 2^18 rows)
 VARIANTS = {
     "astra": {"new": {},
               "new_torch_row_adam": TORCH_ROW_ADAM,
@@ -273,11 +289,16 @@ VARIANTS = {
                   # the reference's encoder size (d = 256 over 2^18 hashed rows; the default until round 20 of
                   # docs/selection.md): the code's own speed-up at the same table, where new also carries the
                   # wider table chosen since (3x the row width, twice the rows)
-                  "new_reference_size": {"encoder": {"dim": 256, "n_buckets": 262144}}},
+                  "new_reference_size": NARROW},
+    # the other two bag-of-words methods: times and validation only (no roofline counted), each at today's default
+    # and at the reference's table (the selection candidates ramen_narrow / unidec_narrow)
+    "ramen": {"new": {}, "new_reference_size": NARROW},
+    "unidec": {"new": {}, "new_reference_size": {**NARROW, "model": {"dim": 256}}},
 }
-# the runs whose validation figures --validate compares: DEXML-BoW ranked by its label vectors, ASTRA by its
-# classifiers (both sides' models have all_label_vectors and query_vectors_np)
-VALIDATED_RUNS = ("dexml_bow", "astra")
+# the runs whose validation figures --validate compares: DEXML-BoW and RAMEN ranked by their label vectors, UniDEC
+# in its main space, ASTRA by its classifiers (both sides' models have all_label_vectors and query_vectors_np)
+VALIDATED_RUNS = ("dexml_bow", "astra", "ramen", "unidec")
+ROOFLINE_RUNS = ("dexml_bow", "astra")   # the runs whose steps step_cost counts
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -298,7 +319,7 @@ def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str
             side = "reference" if variant == "" else "new"   # compare_validation's two sides
             val_topk = val_dir / f"{run}_{side}.npz" if val_dir and variant in ("", validated) else None
             out.setdefault(run, {})[variant] = fig = run_variant(run, run, overrides, params, ds, epochs, peaks,
-                                                                 val_topk, seed)
+                                                                 val_topk, seed, Path(processed).resolve().parent)
             print(run, variant or "reference", fig, flush=True)
     return out
 
