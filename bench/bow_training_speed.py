@@ -204,8 +204,9 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
         # the roofline of the epochs about to run, from their real batches (same seeds as the trainer's)
         bytes_, flops = [], []
         sampler = parts.sampler
-        batches = sampler.query_batches(0, trainer.cfg.batch_size, trainer.cfg.seed)[: trainer.steps_per_epoch]
-        for i, qi in enumerate(batches[:8] if method in ROOFLINE_RUNS else []):
+        batches = (sampler.query_batches(0, trainer.cfg.batch_size, trainer.cfg.seed)[: min(8, trainer.steps_per_epoch)]
+                   if method in ROOFLINE_RUNS else [])
+        for i, qi in enumerate(batches):
             b = sampler.make_batch(qi, np.random.default_rng([trainer.cfg.seed, 0, i]))
             m, f = step_cost(method, parts.model, b, ds.trn.texts, ds.label_texts)
             bytes_.append(m)
