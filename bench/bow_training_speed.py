@@ -221,7 +221,7 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
         after_fit = getattr(parts, "after_fit", None)
         if after_fit is not None:
             after_fit(result["history"])
-        if val_topk is not None and method in VALIDATED_RUNS:
+        if val_topk is not None:   # every run here ranks by all_label_vectors / query_vectors_np (rank_validation)
             rank_validation(parts.model, ds, val_topk)
     epochs_h = result["history"]["epochs"]
     loop = sum(e["seconds"] for e in epochs_h)
@@ -296,9 +296,6 @@ VARIANTS = {
     "ramen": {"new": {}, "new_reference_size": NARROW},
     "unidec": {"new": {}, "new_reference_size": {**NARROW, "model": {"dim": 256}}},
 }
-# the runs whose validation figures --validate compares: DEXML-BoW and RAMEN ranked by their label vectors, UniDEC
-# in its main space, ASTRA by its classifiers (both sides' models have all_label_vectors and query_vectors_np)
-VALIDATED_RUNS = ("dexml_bow", "astra", "ramen", "unidec")
 ROOFLINE_RUNS = ("dexml_bow", "astra")   # the runs whose steps step_cost counts
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
 ROOT = Path(__file__).resolve().parents[1]
