@@ -75,7 +75,9 @@ def main() -> None:
     root = Path(".")
     ds = load_processed(root / params["data"]["processed_dir"], splits=("trn", "val"))
     counts = np.asarray(ds.trn.Y.sum(0)).ravel()
-    jobs = [(r, [r], False) for r in a.runs.split(",") if r]
+    from xmc.lexical.fuse import hybrid_base
+
+    jobs = [(r, [hybrid_base(params, r)], False) for r in a.runs.split(",") if r]   # each hybrid's base run
     ens = params["hybrid"]["ensemble"]
     if not a.no_ensemble and ens["members"]:
         jobs.append((ens["name"], list(ens["members"]), True))

@@ -1,8 +1,9 @@
 """Fuse one run's predictions with label-name matches -> predictions/<run>_hybrid/ and indexes/<run>_hybrid/.
 
 Usage: ``python -m stages.fuse <run>`` for each run in params ``hybrid.runs``. A prediction stage: candidates are
-the run's top-k ∪ the labels whose names occur in the text; the fusion weights are fit on the validation split
-(validation predictions cross-fitted by document) and applied to the test texts (xmc.lexical.fuse).
+the top-k of the run's base (``hybrid.runs``: the run itself, or the run its hybrid chose on validation) ∪ the
+labels whose names occur in the text; the fusion weights are fit on the validation split (validation predictions
+cross-fitted by document) and applied to the test texts (xmc.lexical.fuse).
 
 ``python -m stages.fuse <run> --zero-shot`` for each run in ``hybrid.zero_shot_runs`` -> ``<run>_zs_hybrid``:
 the same candidates under a fusion that reads no training data (the name matches' zero-shot score plus a weighted
@@ -40,11 +41,11 @@ def main() -> None:
     key = "zero_shot_runs" if zero_shot else "runs"
     if name not in params["hybrid"][key]:
         raise ConfigError(f"params.yaml: {name!r} is not in hybrid.{key} (have: {', '.join(params['hybrid'][key])})")
-    from xmc.lexical.fuse import fuse_run
+    from xmc.lexical.fuse import fuse_run, hybrid_base
     from xmc.methods.base import set_threads
 
     set_threads()
-    fuse_run(params, name, zero_shot=zero_shot)
+    fuse_run(params, name, zero_shot=zero_shot, base=None if zero_shot else hybrid_base(params, name))
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ def main() -> None:
     params = load_params()
     selection: dict[str, Any] = params["selection"]
     boot = bootstrap_settings(params)
-    runs = sorted({str(r) for c in selection["choices"].values() for r in c["candidates"].values()})
+    runs = sorted({str(r) for c in selection["choices"].values() for r in c["candidates"].values() if r is not None})
     metric_files = {r: VAL_METRICS_DIR / f"{r}.json" for r in runs}
     val_metrics = {r: read_json(f) for r, f in metric_files.items() if f.exists()}
     contrib_files = {r: contrib_path(r, "val") for r in runs}

@@ -54,7 +54,7 @@ def test_a_narrowed_hybrid_is_no_near_miss_of_a_run_but_a_typo_still_is(tmp_path
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["runs"]["dexml_bow_wide"] = {"encoder": {"dim": 512}}
-    params["hybrid"]["runs"] = [r for r in params["hybrid"]["runs"] if r != "dexml_bow"]
+    params["hybrid"]["runs"] = {r: base for r, base in params["hybrid"]["runs"].items() if r != "dexml_bow"}
     params["methods"] = [m for m in params["methods"] if m != "dexml_bow_hybrid"]   # the main report must name runs
     params["packages"] = [k for k in params["packages"] if k != "dexml_bow_hybrid"]
     params["registry"]["promote"] = [k for k in params["registry"]["promote"] if k != "dexml_bow_hybrid"]

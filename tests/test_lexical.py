@@ -418,6 +418,28 @@ def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
     with pytest.raises(ConfigError, match="two or more distinct runs"):
         fuse_ensemble(params, tmp_path)
 
+    # a hybrid whose base is another run (hybrid.runs one: two, as dexml_bow: dexml_bow_epochs10) fuses that run's
+    # predictions and ships a predictor over that run's index
+    from xmc.lexical.fuse import fuse_run, hybrid_base
+
+    params["hybrid"] = filled(HybridConfig, {"runs": {"one": "two", "two": "two"}}, "hybrid")
+    assert hybrid_base(params, "one") == "two" and hybrid_base(params, "two") == "two"
+    assert filled(HybridConfig, {"runs": ["one", "two"]}, "hybrid")["runs"] == {"one": "one", "two": "two"}
+    summaries = {run: fuse_run(params, run, tmp_path, base=hybrid_base(params, run)) for run in ("one", "two")}
+    assert summaries["one"]["base"] == summaries["two"]["base"] == "two"
+    for split in ("val", "tst"):
+        mine, theirs = (TopK.load(tmp_path / f"predictions/{run}_hybrid/{split}_topk.npz") for run in ("one", "two"))
+        assert np.array_equal(mine.indices, theirs.indices) and np.array_equal(mine.scores, theirs.scores)
+    package_from_predictor(tmp_path / "one_pkg", tmp_path / "indexes/one_hybrid", name="one_hybrid", method="dexml",
+                           label_uids=uids, label_texts=WORDNET_STYLE)
+    S, R = xmc.load(str(tmp_path / "one_pkg")).topk(tst_texts, 5)   # searches run two's index, as the stage ranked
+    ranked = TopK.load(tmp_path / "predictions/one_hybrid/tst_topk.npz")
+    assert np.array_equal(R, ranked.indices) and np.allclose(S, ranked.scores)
+    own = fuse_run(params, "one", tmp_path)   # outside the pipeline (a seed study fuses the run it trained)
+    assert own["base"] == "one"
+    assert not np.array_equal(TopK.load(tmp_path / "predictions/one_hybrid/val_topk.npz").scores,
+                              TopK.load(tmp_path / "predictions/two_hybrid/val_topk.npz").scores)
+
 
 def test_the_ensemble_stage_depends_on_every_member_it_fuses():
     """DVC cannot expand a params list into deps: the fuse_ensemble stage lists the members by hand, so a member

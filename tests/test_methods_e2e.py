@@ -18,7 +18,7 @@ TINY = {
     "methods": METHODS,
     "predictions": {"ramen": "val tst", "maclr": "val tst", "astra": "val tst"},
     "unidec_predictions": {"unidec": "val tst"},
-    "hybrid.runs": ["astra", "unidec_de_only"],
+    "hybrid.runs": {"astra": "astra", "unidec_de_only": "unidec_de_only"},
     "packages": METHODS,
     # ASTRA
     "astra.defaults.encoder": SMALL_BOW,

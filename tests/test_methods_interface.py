@@ -46,9 +46,13 @@ def test_every_shipped_run_resolves_to_a_method_with_its_merged_settings():
             assert len(ens["members"]) >= 2 and set(ens["members"]) <= set(p["hybrid"]["runs"])
             continue
         run, method, options = find_prediction(p, name)
-        base = name.removesuffix("_hybrid").removesuffix("_zs") if "hybrid" in options else name
+        stem = name.removesuffix("_hybrid").removesuffix("_zs") if "hybrid" in options else name
+        # a hybrid is a prediction of its base run (hybrid.runs), the run itself unless the hybrid chose another
+        base = p["hybrid"]["runs"][stem] if name.endswith("_hybrid") and not name.endswith("_zs_hybrid") else stem
         assert base in method.prediction_variants(run), name
     assert "hybrid" in find_prediction(p, "astra_hybrid")[2] and "hybrid" not in find_prediction(p, "astra")[2]
+    assert find_prediction(p, "dexml_bow_hybrid")[0].name == p["hybrid"]["runs"]["dexml_bow"] == "dexml_bow_epochs10"
+    assert find_prediction(p, "dexml_bow_hybrid")[0].config["train"]["epochs"] == 10
     assert find_prediction(p, "maclr_zs_hybrid")[2]["hybrid"]["zero_shot"] is True
     assert find_prediction(p, "maclr_hybrid")[2]["hybrid"]["zero_shot"] is False
     assert find_prediction(p, "unidec_de_only")[2] == {"space": "de"}

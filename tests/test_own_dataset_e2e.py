@@ -24,7 +24,7 @@ TINY = {
     "runs": {"dexml_bow": {"encoder": SMALL_BOW, "negatives": {"kind": "hard", "start_epoch": 1},
                            "train": {"epochs": 2, "batch_size": 32, "lr": 0.01, "max_steps_per_epoch": 0,
                                      "checkpoint_every_steps": 0}}},
-    "hybrid.runs": ["astra"],
+    "hybrid.runs": {"astra": "astra"},
     "hybrid.zero_shot_runs": [],
     "astra.defaults.encoder": SMALL_BOW,
     "astra.defaults.train.epochs": 2,

@@ -390,6 +390,41 @@ def test_select_over_seeds_sees_a_gain_inside_the_seed_noise():
     assert paired_over_seeds([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])["p_value"] == 0.0   # the same gain on every seed
 
 
+def test_a_hybrids_base_is_chosen_on_the_hybrids_figures_and_a_value_without_a_run_is_shown_by_its_study():
+    """The choice of a hybrid's base (params hybrid.runs) reads each seed's hybrid figures, not its base model's,
+    which here rank the other way; the reference value, which no pipeline run has, is shown by its seed mean."""
+    from xmc.config.schema import SelectionChoice, filled
+    from xmc.report.selection import render_selection_markdown, select_all
+
+    study = _study()
+    for side, shift in (("default", 1.0), ("every_epoch", -1.0)):   # the base models: the reference ahead
+        for row in study["per_seed"][side]:
+            row["hybrid"] = {"P@5": row["P@5"] + 20.0}
+            row["P@5"] += shift
+    choice = {"method": "dexml_bow", "knob": "hybrid.runs.dexml_bow", "reference": "5", "default": "10",
+              "candidates": {"5": None, "10": "dexml_bow_hybrid"},
+              "seed_study": {"file": "s.json", "sides": {"5": "default", "10": "every_epoch"}, "part": "hybrid"}}
+    ms, cs = _runs(dexml_bow_hybrid=(0, 0))
+    r = select(filled(SelectionChoice, choice, "c"), ms, cs, "P@5", 0.05, seed_study=study)
+    assert r["complete"] and r["chosen"] == "10" and r["default_is_chosen"] and r["diff"] > 0.1
+    rows = {c["value"]: c for c in r["candidates"]}
+    assert rows["5"]["run"] is None and rows["5"]["status"] == "seed study only" and rows["10"]["status"] == "ok"
+    assert rows["5"]["seed_mean"] == round(np.mean([x["hybrid"]["P@5"] for x in study["per_seed"]["default"]]), 2)
+    md = render_selection_markdown(select_all({"choices": {"c": choice}}, ms, cs, seed_studies={"s.json": study}))
+    assert "| 5 | – |" in md and "mean P@5 of the hybrids over 9 seeds" in md
+    # on the base models' own figures the same study keeps the reference
+    assert select({**choice, "seed_study": {**choice["seed_study"], "part": "run"}}, ms, cs, "P@5", 0.05,
+                  seed_study=study)["chosen"] == "5"
+    del study["per_seed"]["default"][0]["hybrid"]
+    with pytest.raises(ConfigError, match="no hybrid figures"):
+        select(choice, ms, cs, "P@5", 0.05, seed_study=study)
+    # a value without a run needs a seed study that trained it, and the default needs a run
+    with pytest.raises(ConfigError, match="only a seed study's side"):
+        filled(SelectionChoice, {**choice, "seed_study": None}, "c")
+    with pytest.raises(ConfigError, match="needs a run"):
+        filled(SelectionChoice, {**choice, "default": "5"}, "c")
+
+
 def test_a_seed_study_side_is_the_pipelines_run_with_only_its_seed_and_overrides_changed():
     """bench.seed_study trains each side through train_run: the run as params.yaml defines it, its seeds set."""
     from bench.seed_study import seeded_params

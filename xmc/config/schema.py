@@ -583,7 +583,9 @@ class BoostedTreesFusionConfig(Section):
 class HybridConfig(Section):
     """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored by a fusion fit on validation."""
 
-    runs: list[str] = []
+    # <hybrid>: <base run> -> <hybrid>_hybrid fuses the base run's top-k (usually the run itself; a different base
+    # where the hybrid's own choice differs from its method's). A list means each run is its own base.
+    runs: dict[str, str] = {}
     fusion: Literal["boosted_trees", "logistic"] = "boosted_trees"
     boosted_trees: BoostedTreesFusionConfig = BoostedTreesFusionConfig()
     C: PosFloat = 1.0                 # inverse L2 strength of the logistic fusion
@@ -591,6 +593,13 @@ class HybridConfig(Section):
     zero_shot_runs: list[str] = []    # zero-shot methods fused without training data -> <run>_zs_hybrid
     zero_shot: ZeroShotFusionConfig = ZeroShotFusionConfig()
     ensemble: EnsembleFusionConfig = EnsembleFusionConfig()
+
+    @field_validator("runs", mode="before")
+    @classmethod
+    def _runs(cls, v: Any) -> Any:
+        if isinstance(v, list | tuple):
+            return {r: r for r in v}
+        return v
 
 
 class XrLinearRunConfig(Section):
@@ -663,6 +672,7 @@ class SeedStudy(Section):
     ``sides`` maps each candidate value to its side there (``default``: the run as params had it then)."""
     file: str
     sides: Annotated[dict[str, str], Field(min_length=2)]
+    part: Literal["run", "hybrid"] = "run"   # the figures compared: the runs' own, or their hybrids' (--hybrid)
 
 
 class SelectionChoice(Section):
@@ -671,7 +681,8 @@ class SelectionChoice(Section):
     knob: str
     reference: str
     default: str
-    candidates: Annotated[dict[str, str], Field(min_length=2)]
+    # value -> the run that has it; null: a value no pipeline run has, shown by its seed study alone
+    candidates: Annotated[dict[str, str | None], Field(min_length=2)]
     note: str | None = None
     seed_study: SeedStudy | None = None
 
@@ -687,6 +698,11 @@ class SelectionChoice(Section):
                 raise ValueError(f"seed_study.sides {unknown} are not candidates {sorted(self.candidates)}")
             if self.reference not in self.seed_study.sides:
                 raise ValueError(f"seed_study.sides must include the reference {self.reference!r}")
+        runless = sorted(v for v, run in self.candidates.items() if run is None)
+        if runless and (self.seed_study is None or set(runless) - set(self.seed_study.sides)):
+            raise ValueError(f"candidates {runless} have no run: only a seed study's side can be decided without one")
+        if self.candidates.get(self.default) is None:
+            raise ValueError(f"the default {self.default!r} needs a run")
         return self
 
 
@@ -989,11 +1005,13 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | set(p["xr_linear"]["runs"])
                | {"st_mnrl", "label_prior", "tfidf_zeroshot", "tfidf_knn"}
                | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")} | {"name_match", "name_match_prior", "name_match_uncased"})
-    for i, run in enumerate(p["hybrid"]["runs"]):
-        if run not in defined:
-            out.append((("hybrid", "runs", i), f"{run!r} is not a run of any method"))
+    for name, run in p["hybrid"]["runs"].items():
+        if name not in defined:
+            out.append((("hybrid", "runs", name), f"{name!r} is not a run of any method"))
+        elif run not in defined:
+            out.append((("hybrid", "runs", name), f"base {run!r} is not a run of any method"))
         elif "tst" not in predicted_splits(p, run):
-            out.append((("hybrid", "runs", i), f"{run!r} must predict both val and tst (params predictions)"))
+            out.append((("hybrid", "runs", name), f"{run!r} must predict both val and tst (params predictions)"))
     for i, run in enumerate(p["hybrid"]["zero_shot_runs"]):
         if run not in defined:
             out.append((("hybrid", "zero_shot_runs", i), f"{run!r} is not a run of any method"))
@@ -1073,7 +1091,8 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
                 out.append((("report", "seeds", base), f"{name!r} is not in seed_runs (the runs evaluate_seed evaluates)"))
     for cname, choice in p["selection"]["choices"].items():
         for value, run in choice["candidates"].items():
-            check(("selection", "choices", cname, "candidates", value), run, False)
+            if run is not None:
+                check(("selection", "choices", cname, "candidates", value), run, False)
     return out
 
 

@@ -62,16 +62,23 @@ def cross_fitted_scores(table: Any, folds: np.ndarray, fit: Any) -> tuple[np.nda
 
 
 def fuse_run(params: dict[str, Any], name: str, root: str | Path = ".", zero_shot: bool = False,
-             with_predictor: bool = True) -> dict[str, Any]:
+             with_predictor: bool = True, base: str | None = None) -> dict[str, Any]:
     """``with_predictor``: also write ``indexes/<run>_hybrid`` (the model package's hybrid predictor over the run's
     index); without it only the predictions are written (a run trained elsewhere whose index is not here, e.g. the
     GPU profiles). ``zero_shot``: read no training data (``<run>_zs_hybrid``): the fusion is the label-name retriever's
     zero-shot score plus a weighted method score (:func:`xmc.lexical.hybrid.zero_shot_fusion`), the two weights
     chosen on the validation split from ``hybrid.zero_shot`` grids; otherwise (``<run>_hybrid``) the fusion of
     ``hybrid.fusion`` (boosted trees or logistic) fit on validation, with the training label counts among its
-    features."""
+    features. ``base``: the run whose predictions and index are fused into ``<name>_hybrid`` (default: ``name``
+    itself; the pipeline's hybrids take theirs from ``hybrid.runs``, :func:`hybrid_base`)."""
     out_name = name + (ZERO_SHOT_SUFFIX if zero_shot else SUFFIX)
-    return _fuse(params, [name], out_name, Path(root), zero_shot=zero_shot, with_predictor=with_predictor)
+    return _fuse(params, [base or name], out_name, Path(root), zero_shot=zero_shot, with_predictor=with_predictor)
+
+
+def hybrid_base(params: dict[str, Any], name: str) -> str:
+    """The run whose top-k the pipeline's ``<name>_hybrid`` fuses (params ``hybrid.runs``, ``<run>: <base run>``):
+    the run itself unless the hybrid's own choice differs from its method's."""
+    return str(params["hybrid"]["runs"].get(name, name))
 
 
 def fuse_ensemble(params: dict[str, Any], root: str | Path = ".") -> dict[str, Any]:

@@ -543,11 +543,13 @@ def find_prediction(params: dict[str, Any], name: str) -> tuple[RunSpec, Method,
     from xmc.errors import ConfigError
     from xmc.methods.runs import all_runs
 
-    from xmc.lexical.fuse import SUFFIX, ZERO_SHOT_SUFFIX
+    from xmc.lexical.fuse import SUFFIX, ZERO_SHOT_SUFFIX, hybrid_base
 
     for suffix, runs in ((ZERO_SHOT_SUFFIX, params["hybrid"]["zero_shot_runs"]), (SUFFIX, params["hybrid"]["runs"])):
         if name.endswith(suffix) and name[: -len(suffix)] in runs:
-            run, method, options = find_prediction(params, name[: -len(suffix)])
+            stem = name[: -len(suffix)]
+            # a hybrid is the run it fuses (its base), with the fusion's options
+            run, method, options = find_prediction(params, stem if suffix == ZERO_SHOT_SUFFIX else hybrid_base(params, stem))
             return run, method, {**options, "hybrid": {**params["hybrid"], "label_names": params["label_names"],
                                                        "zero_shot": suffix == ZERO_SHOT_SUFFIX}}
     for run_name in all_runs(params):

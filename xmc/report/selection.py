@@ -44,7 +44,9 @@ def select(
     incomplete) by :func:`decide_over_seeds`, if it was measured on this validation split (``val_fingerprint``:
     :func:`xmc.metrics.bootstrap.split_fingerprint` of val_Y); the candidate runs' own figures are still shown.
     """
-    cands: dict[str, str] = {str(k): str(v) for k, v in (choice.get("candidates") or {}).items()}
+    # a candidate without a run (None) is a value only the choice's seed study has trained
+    cands: dict[str, str | None] = {str(k): (None if v is None else str(v))
+                                    for k, v in (choice.get("candidates") or {}).items()}
     ref, default = str(choice.get("reference")), str(choice.get("default"))
     for role, v in (("reference", ref), ("default", default)):
         if v not in cands:
@@ -53,8 +55,9 @@ def select(
     shown = _shown(metric)
     rows = []
     for value, run in cands.items():
-        m = val_metrics.get(run)
-        rows.append({"value": value, "run": run, "status": "ok" if m is not None else "not run",
+        m = val_metrics.get(run) if run is not None else None
+        rows.append({"value": value, "run": run,
+                     "status": "ok" if m is not None else "not run" if run is not None else "seed study only",
                      "metrics": {k: m.get(k) for k in shown} if m is not None else None,
                      "reference": value == ref, "default": value == default})
     out: dict[str, Any] = {"method": choice.get("method"), "knob": choice.get("knob"), "metric": metric,
@@ -119,7 +122,13 @@ def decide_over_seeds(out: dict[str, Any], choice: dict[str, Any], study: dict[s
     missing = [f"{v} ({side})" for v, side in sides.items() if side not in per_seed]
     if missing:
         raise ConfigError(f"seed study {spec['file']}: no side {', '.join(missing)} (it has {', '.join(per_seed)})")
-    figures = {v: [float(r[metric]) for r in per_seed[side]] for v, side in sides.items()}
+    # part "hybrid": each seed's model fused with the name matches (bench.seed_study --hybrid), the figures the
+    # choice of a hybrid's base is made on
+    part = spec.get("part", "run")
+    if part == "hybrid" and any("hybrid" not in r for side in sides.values() for r in per_seed[side]):
+        raise ConfigError(f"seed study {spec['file']}: no hybrid figures (run bench.seed_study with --hybrid)")
+    figures = {v: [float((r["hybrid"] if part == "hybrid" else r)[metric]) for r in per_seed[side]]
+               for v, side in sides.items()}
     seeds = {v: [int(r["seed"]) for r in per_seed[side]] for v, side in sides.items()}
     if len({tuple(x) for x in seeds.values()}) != 1:
         raise ConfigError(f"seed study {spec['file']}: the sides were not trained from the same seeds")
@@ -129,7 +138,7 @@ def decide_over_seeds(out: dict[str, Any], choice: dict[str, Any], study: dict[s
     order = {v: i for i, v in enumerate(sides)}
     best = min(sides, key=lambda v: (-sum(figures[v]) / len(figures[v]), v != ref, order[v]))
     n = len(seeds[ref])
-    out.update(best=best, best_run=_run_of(out, best), seed_study=spec["file"], n_seeds=n)
+    out.update(best=best, best_run=_run_of(out, best), seed_study=spec["file"], n_seeds=n, seed_part=part)
     if best == ref:
         out.update(complete=True, chosen=ref, chosen_run=_run_of(out, ref), default_is_chosen=out["default"] == ref,
                    reason=f"{ref}: the reference has the best mean {metric} over {n} training seeds "
@@ -217,9 +226,10 @@ def _marks(c: dict[str, Any], r: dict[str, Any]) -> list[str]:
     if r["reference"]:
         m.append("reference")
     if r["status"] != "ok":
-        m.append("not run")
+        m.append(r["status"])
     if r.get("seed_mean") is not None:
-        m.append(f"mean {c['metric']} over {c.get('n_seeds')} seeds {r['seed_mean']:.2f}")
+        of = " of the hybrids" if c.get("seed_part") == "hybrid" else ""
+        m.append(f"mean {c['metric']}{of} over {c.get('n_seeds')} seeds {r['seed_mean']:.2f}")
     return m
 
 
@@ -249,7 +259,7 @@ def render_selection_markdown(report: dict[str, Any], title: str = "Settings sel
                 vals = [_num((r["metrics"] or {}).get(k)) for k in shown]
                 mk = ", ".join(_marks(c, r))
                 cand = f"**{r['value']}**" if c["chosen"] == r["value"] else r["value"]
-                lines.append(f"| {c['name']} | {c['knob']} | {cand} | {r['run']} | " + " | ".join(vals) + f" | {mk} |")
+                lines.append(f"| {c['name']} | {c['knob']} | {cand} | {r['run'] or '–'} | " + " | ".join(vals) + f" | {mk} |")
         lines.append("")
         for c in choices:
             lines.append(f"- {_agreement(c)}")
@@ -276,7 +286,7 @@ def render_selection_html(report: dict[str, Any], title: str = "Settings selecte
         for c in choices:
             for r in c["candidates"]:
                 cls = " class='chosen'" if c["chosen"] == r["value"] else ""
-                cells = [e(str(c["name"])), e(str(c["knob"])), e(r["value"]), e(r["run"])]
+                cells = [e(str(c["name"])), e(str(c["knob"])), e(r["value"]), e(r["run"] or "–")]
                 cells += [_num((r["metrics"] or {}).get(k)) for k in shown] + [e(", ".join(_marks(c, r)))]
                 body += f"<tr{cls}>" + "".join(f"<td>{x}</td>" for x in cells) + "</tr>"
         items = ""
