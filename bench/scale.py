@@ -65,7 +65,7 @@ def scale_params(epochs: int, auto_exact_max: int | None = None, n_buckets: int 
                                                               "shortlist_size": 100, "negatives_per_query": 2,
                                                               "index_kind": "auto", "refresh_every_steps": 0},
                                "train": {"batch_size": 256, "lr": 0.01, **train}}},
-        "hybrid.runs": [], "hybrid.zero_shot_runs": [],
+        "hybrid.runs": {}, "hybrid.zero_shot_runs": [],
         "astra.defaults.encoder": bow, "astra.defaults.train.epochs": epochs,
         "astra.defaults.train.eval_every_epochs": 0, "astra.defaults.negatives.start_epoch": 0,
         "astra.defaults.negatives.index_kind": "auto", "astra.runs": {"astra": {}},

@@ -395,7 +395,7 @@ def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
         (tmp_path / f"predictions/{run}/timing.json").write_text(json.dumps({"train_seconds": 2.0,
                                                                               "predict_seconds": 0.5}))
 
-    params = {"hybrid": filled(HybridConfig, {"runs": ["one", "two"], "ensemble": {"members": ["one", "two"]}},
+    params = {"hybrid": filled(HybridConfig, {"runs": {"one": "one", "two": "two"}, "ensemble": {"members": ["one", "two"]}},
                                "hybrid"),
               "label_names": {"mode": "auto", "max_words": 4, "cased_names": False}, "evaluate": {"top_k": 5},
               "data": {"processed_dir": "data/processed"}, "predictions": {}, "unidec_predictions": {}}
@@ -424,7 +424,8 @@ def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
 
     params["hybrid"] = filled(HybridConfig, {"runs": {"one": "two", "two": "two"}}, "hybrid")
     assert hybrid_base(params, "one") == "two" and hybrid_base(params, "two") == "two"
-    assert filled(HybridConfig, {"runs": ["one", "two"]}, "hybrid")["runs"] == {"one": "one", "two": "two"}
+    with pytest.raises(ConfigError, match=r"hybrid\.runs: .*a mapping <run>: <base run>"):   # DVC iterates it by key
+        filled(HybridConfig, {"runs": ["one", "two"]}, "hybrid")
     summaries = {run: fuse_run(params, run, tmp_path, base=hybrid_base(params, run)) for run in ("one", "two")}
     assert summaries["one"]["base"] == summaries["two"]["base"] == "two"
     for split in ("val", "tst"):

@@ -584,7 +584,7 @@ class HybridConfig(Section):
     """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored by a fusion fit on validation."""
 
     # <hybrid>: <base run> -> <hybrid>_hybrid fuses the base run's top-k (usually the run itself; a different base
-    # where the hybrid's own choice differs from its method's). A list means each run is its own base.
+    # where the hybrid's own choice differs from its method's)
     runs: dict[str, str] = {}
     fusion: Literal["boosted_trees", "logistic"] = "boosted_trees"
     boosted_trees: BoostedTreesFusionConfig = BoostedTreesFusionConfig()
@@ -597,8 +597,9 @@ class HybridConfig(Section):
     @field_validator("runs", mode="before")
     @classmethod
     def _runs(cls, v: Any) -> Any:
+        # a list would pass here and then break DVC's fuse@ stages, which iterate the mapping by key
         if isinstance(v, list | tuple):
-            return {r: r for r in v}
+            raise ValueError("must be a mapping <run>: <base run> (e.g. {astra: astra}), not a list")
         return v
 
 
