@@ -25,6 +25,10 @@ the other two bag-of-words methods), in one command on the same data:
   RAMEN's and UniDEC's other defaults also changed since the reference (RAMEN without its query graph, UniDEC's
   unseen-label rows and dropout), so for them this is the code at the reference's table, not the same computation.
 
+``--candidates '{"d320": {"encoder": {"dim": 320}}}'`` adds variants of one's own (overrides of the shipped run, as
+``bench.seed_study --candidates``), and ``--variants new,d320`` trains only those variants in the first pair
+(default: every variant of the run; the paired variant always): any setting's speed against the reference.
+
 Each variant trains ``--epochs`` full epochs (``0``: as many as its run trains in ``make run``, each side by its own
 params) from the same initialisation; the figure is sentences per second of
 the training loop (ANN refreshes included, checkpoint writes excluded, as the trainer reports an epoch), plus the
@@ -436,6 +440,12 @@ def main() -> None:
     ap.add_argument("--paired-variant", default="new",
                     help="the current-library variant the repeats pair with the reference (and --validate ranks), "
                          "e.g. new_ivf_mining; default: the shipped run")
+    ap.add_argument("--candidates", default="{}",
+                    help='JSON {name: overrides of the shipped run}: more variants of every run in --runs, e.g. '
+                         '\'{"d320": {"encoder": {"dim": 320}}}\' (as bench.seed_study --candidates)')
+    ap.add_argument("--variants", default="",
+                    help="comma-separated variants the first pair trains (default: every variant of each run; the "
+                         "paired variant always)")
     ap.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--val-dir", default="", help=argparse.SUPPRESS)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -454,6 +464,17 @@ def main() -> None:
                       a.seed)
         print(json.dumps({r: v[""] for r, v in res.items()}))
         return
+    extra = json.loads(a.candidates)
+    if clash := set(extra) & {v for run in runs for v in VARIANTS.get(run, {})}:
+        raise SystemExit(f"--candidates: {', '.join(sorted(clash))} is already a variant")
+    all_variants = {run: {**VARIANTS[run], **extra} for run in runs}
+    pv = a.paired_variant   # checked before anything is measured
+    if any(pv not in all_variants[run] for run in runs):
+        raise SystemExit(f"--paired-variant {pv}: not a variant of every run in --runs")
+    wanted = set(a.variants.split(",")) | {pv} if a.variants else None
+    if wanted and (unknown := wanted - {v for run in runs for v in all_variants[run]}):
+        raise SystemExit(f"--variants: {', '.join(sorted(unknown))} is not a variant of {', '.join(runs)}")
+    variants = {run: {v: x for v, x in all_variants[run].items() if wanted is None or v in wanted} for run in runs}
     peaks = machine_peaks()
     print("machine peaks:", peaks, flush=True)
     from xmc.machine import describe_machine
@@ -482,10 +503,7 @@ def main() -> None:
 
     val_dir = pair_val_dir(0)
     reference = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir, pair_seed(0))
-    pv = a.paired_variant
-    if any(pv not in VARIANTS[run] for run in runs):
-        raise SystemExit(f"--paired-variant {pv}: not a variant of every run in --runs")
-    new = measure(runs, VARIANTS, a.processed, a.epochs, peaks, val_dir, pair_seed(0), pv)
+    new = measure(runs, variants, a.processed, a.epochs, peaks, val_dir, pair_seed(0), pv)
     validations = [compare_validation(runs, a.processed, val_dir)] if val_dir else []
     # repeats: reference and new alternately, so a slow minute of the machine falls on both sides of one ratio;
     # the median of the pairs' ratios is the figure, their range its spread
@@ -495,7 +513,7 @@ def main() -> None:
         val_dir = pair_val_dir(i)
         ref_i = measure_reference(a.reference, runs, a.processed, a.epochs, peaks, spin_set_here, val_dir,
                                   pair_seed(i))
-        new_i = measure(runs, {run: {pv: VARIANTS[run][pv]} for run in runs}, a.processed, a.epochs, peaks,
+        new_i = measure(runs, {run: {pv: all_variants[run][pv]} for run in runs}, a.processed, a.epochs, peaks,
                         val_dir, pair_seed(i), pv)
         if val_dir:
             validations.append(compare_validation(runs, a.processed, val_dir))
@@ -516,7 +534,7 @@ def main() -> None:
         res["paired_variant"] = pv   # what "new" means in repeats, validation and the median below
         res["speedup_new_over_reference_median"] = round(float(np.median(ratios)), 2)
         res["speedup_new_over_reference_range"] = [round(min(ratios), 2), round(max(ratios), 2)]
-        res["settings"] = VARIANTS[run]   # what each variant changes on the shipped run
+        res["settings"] = variants[run]   # what each variant changes on the shipped run
         per_pair = [{"seed": n.get("seed"), **v[run]} for v, (_, n) in zip(validations, pairs[run]) if run in v]
         if per_pair:
             res["validation"] = per_pair[0]
