@@ -360,6 +360,34 @@ def test_training_reduces_loss_and_learns_the_toy_task(tmp_path):
     assert p_at_1 > 0.8
 
 
+def test_bf16_autocast_on_the_cpu_computes_the_scores_in_bfloat16_and_still_learns_the_toy_task(tmp_path,
+                                                                                                 monkeypatch):
+    """``train.amp: bf16``: the score product runs in bfloat16 on the CPU (the bag sums, the loss and the optimiser
+    in float32), the losses follow the float32 run's closely, and the model learns the toy task as well."""
+    texts, labels, Y = toy(n_q=60, n_l=30)
+    runs = {}
+    for amp in ("off", "bf16"):
+        torch.manual_seed(0)
+        model = DualEncoderModel(HashedBagOfWordsEncoder(dim=16, n_buckets=2048, seed=1), labels)
+        cfg = TrainConfig(epochs=15, batch_size=8, lr=0.05, seed=3, amp=amp)
+        tr = Trainer(model, InBatchNegatives(Y), DecoupledSoftmaxLoss(0.1), cfg, texts, tmp_path / amp)
+        assert tr.use_amp == (amp == "bf16")
+        dtypes = []
+        matmul = torch.Tensor.__matmul__
+        monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: dtypes.append(matmul(a, b).dtype) or matmul(a, b))
+        tr.fit()
+        monkeypatch.undo()
+        assert set(dtypes) == {torch.bfloat16 if amp == "bf16" else torch.float32}
+        D, I = ANNIndex().build(model.all_label_vectors(progress=False)).search(
+            model.query_vectors_np(texts, progress=False), 1)
+        runs[amp] = ([r["loss"] for r in tr.history["loss"]], np.mean([Y[q, I[q, 0]] > 0 for q in range(len(texts))]))
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+    (loss32, p32), (loss16, p16) = runs["off"], runs["bf16"]
+    assert loss16 != loss32   # a different computation ...
+    assert loss16[:3] == pytest.approx(loss32[:3], rel=0.02)   # ... within bfloat16's rounding at the start
+    assert p16 > 0.8 and p32 > 0.8
+
+
 @pytest.mark.parametrize("kind", ["exact", "hnsw", "ivf"])
 def test_ann_index_against_brute_force_and_save_load(tmp_path, kind):
     rng = np.random.default_rng(0)

@@ -259,7 +259,9 @@ class TrainSection(Section):
     checkpoint_interval_minutes: NonNegFloat = 0.0
     eval_every_epochs: NonNegInt = 0
     val_max_instances: NonNegInt = 500
-    amp: Literal["auto", "off"] = "auto"
+    # bfloat16 autocast of the score products and other matrix products: auto = on CUDA only; bf16 = on the CPU
+    # too (CPUs with AVX512-BF16 or AMX do them about twice as fast; the bag sums and the optimiser stay float32)
+    amp: Literal["auto", "off", "bf16"] = "auto"
     device: str = "auto"
     # lazy Adam of the sparse embedding tables (bag-of-words buckets, ASTRA/UniDEC classifiers): row_adam
     # updates the touched rows in one C pass (xmc/native; its torch path where no C compiler is found);

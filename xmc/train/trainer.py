@@ -57,7 +57,7 @@ class TrainConfig:
     warmup_ratio: float = _DEFAULTS["warmup_ratio"]
     grad_clip: float = _DEFAULTS["grad_clip"]
     label_chunk_size: int = _DEFAULTS["label_chunk_size"]  # all-labels mode: labels re-encoded per chunk (bounds memory)
-    amp: str = _DEFAULTS["amp"]  # auto (bf16 on CUDA) | off
+    amp: str = _DEFAULTS["amp"]  # auto (bf16 autocast on CUDA) | off | bf16 (on any device, the CPU too)
     seed: int = _DEFAULTS["seed"]
     max_steps_per_epoch: int = _DEFAULTS["max_steps_per_epoch"]  # 0 = full epochs; >0 caps the budget (CPU profiles)
     checkpoint_every_steps: int = _DEFAULTS["checkpoint_every_steps"]
@@ -135,7 +135,7 @@ class Trainer:
         self.schedulers = [torch.optim.lr_scheduler.LambdaLR(o, schedule) for o in self.optimizers]
         self.epoch, self.step_in_epoch, self.global_step = 0, 0, 0
         self._last_checkpoint = time.monotonic()
-        self.use_amp = config.amp == "auto" and self.device.type == "cuda"
+        self.use_amp = config.amp == "bf16" or (config.amp == "auto" and self.device.type == "cuda")
 
     def _make_optimizers(self) -> list[torch.optim.Optimizer]:
         """AdamW for dense parameters; SparseAdam for sparse embedding tables (only touched rows
