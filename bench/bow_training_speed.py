@@ -464,8 +464,10 @@ def main() -> None:
                       a.seed)
         print(json.dumps({r: v[""] for r, v in res.items()}))
         return
+    if unknown_runs := [run for run in runs if run not in VARIANTS]:
+        raise SystemExit(f"--runs: {', '.join(unknown_runs)} has no variants here (have: {', '.join(VARIANTS)})")
     extra = json.loads(a.candidates)
-    if clash := set(extra) & {v for run in runs for v in VARIANTS.get(run, {})}:
+    if clash := set(extra) & {v for run in runs for v in VARIANTS[run]}:
         raise SystemExit(f"--candidates: {', '.join(sorted(clash))} is already a variant")
     all_variants = {run: {**VARIANTS[run], **extra} for run in runs}
     pv = a.paired_variant   # checked before anything is measured

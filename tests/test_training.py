@@ -374,7 +374,13 @@ def test_bf16_autocast_on_the_cpu_computes_the_scores_in_bfloat16_and_still_lear
         assert tr.use_amp == (amp == "bf16")
         dtypes = []
         matmul = torch.Tensor.__matmul__
-        monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: dtypes.append(matmul(a, b).dtype) or matmul(a, b))
+
+        def recording_matmul(a, b):
+            out = matmul(a, b)
+            dtypes.append(out.dtype)
+            return out
+
+        monkeypatch.setattr(torch.Tensor, "__matmul__", recording_matmul)
         tr.fit()
         monkeypatch.undo()
         assert set(dtypes) == {torch.bfloat16 if amp == "bf16" else torch.float32}
