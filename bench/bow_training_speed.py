@@ -130,9 +130,12 @@ def _bag_tokens(model: Any, texts: list[str]) -> tuple[int, int]:
     return len(flat), len(np.unique(flat))
 
 
-def step_cost(method: str, model: Any, batch: Any, texts: list[str], label_texts: list[str]) -> tuple[float, float]:
-    """(bytes, FLOPs) one training step must at least move / do, from its batch."""
+def step_cost(method: str, model: Any, batch: Any, texts: list[str], label_texts: list[str],
+              moment_bytes: int = 4) -> tuple[float, float]:
+    """(bytes, FLOPs) one training step must at least move / do, from its batch. ``moment_bytes``: the size of an
+    Adam moment (4; 2 under ``train.sparse_moments: bf16``)."""
     d = model.encoder.dim
+    adam = 4 * 3 + moment_bytes * 4   # per element of a touched row: read g and p, write p; read and write m and v
     q_texts = [texts[i] for i in batch.query_idx]
     tok_q, uniq_q = _bag_tokens(model, q_texts)
     B = len(q_texts)
@@ -147,7 +150,7 @@ def step_cost(method: str, model: Any, batch: Any, texts: list[str], label_texts
         flops = 3 * 2 * (n_pairs + B * R) * (d + 1) + 3 * tok_q * d   # scores fwd + 2x bwd; bag sum fwd/bwd
         moved = (gathered_w * (d + 1) * 4 * 2                      # rows read, their gradient written
                  + tok_q * d * 4 * 2                               # bag rows read, gradient written
-                 + (rows_w * (d + 1) + uniq_q * d) * 4 * 7)        # Adam: read g, p, m, v; write p, m, v
+                 + (rows_w * (d + 1) + uniq_q * d) * adam)         # Adam: read g, p, m, v; write p, m, v
         return float(moved), float(flops)
     labels = batch.label_ids
     tok_l, uniq_l = _bag_tokens(model, [label_texts[i] for i in labels])
@@ -155,7 +158,7 @@ def step_cost(method: str, model: Any, batch: Any, texts: list[str], label_texts
     uniq = len(np.union1d(_flat_ids(model.encoder, [texts[i] for i in batch.query_idx]),
                           _flat_ids(model.encoder, [label_texts[i] for i in labels])))
     flops = 3 * 2 * B * P * d + 3 * (tok_q + tok_l) * d
-    moved = (tok_q + tok_l) * d * 4 * 2 + uniq * d * 4 * 7 + (B + P) * d * 4 * 2
+    moved = (tok_q + tok_l) * d * 4 * 2 + uniq * d * adam + (B + P) * d * 4 * 2
     return float(moved), float(flops)
 
 
@@ -212,7 +215,8 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
                    if method in ROOFLINE_RUNS else [])
         for i, qi in enumerate(batches):
             b = sampler.make_batch(qi, np.random.default_rng([trainer.cfg.seed, 0, i]))
-            m, f = step_cost(method, parts.model, b, ds.trn.texts, ds.label_texts)
+            m, f = step_cost(method, parts.model, b, ds.trn.texts, ds.label_texts,
+                             moment_bytes=2 if cfg["train"].get("sparse_moments") == "bf16" else 4)
             bytes_.append(m)
             flops.append(f)
         per_step = max(np.mean(bytes_) / (peaks["bandwidth_GBps"] * 1e9),

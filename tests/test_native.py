@@ -92,6 +92,76 @@ def test_native_row_adam_dense_gradient_and_threads(fresh_cache):
 
 
 @needs_compiler
+@pytest.mark.parametrize("dense", [False, True])
+def test_bf16_moments_native_equals_the_torch_path(fresh_cache, dense):
+    """bfloat16 moments: the C kernel and the torch path draw the same rounding bits, so m and v agree bit for bit
+    (sparse row gradients, and a dense gradient updated row by row); half the moments' memory."""
+    def run(native_: bool):
+        torch.manual_seed(1)
+        p = nn.Parameter(torch.randn(300, 37) * 0.1)
+        opt = RowAdam([p], lr=0.05, native=native_, moments="bf16")
+        for g in _sparse_steps(300, 37, 120, 12):
+            p.grad = g.to_dense() if dense else g
+            opt.step()
+        return opt, opt.state[p], p.detach()
+
+    fast, s_fast, p_fast = run(True)
+    ref, s_ref, p_ref = run(False)
+    assert fast.native and not ref.native
+    assert s_fast["exp_avg"].dtype == torch.bfloat16 and s_fast["exp_avg"].element_size() == 2
+    assert torch.equal(s_fast["exp_avg"], s_ref["exp_avg"]) and torch.equal(s_fast["exp_avg_sq"], s_ref["exp_avg_sq"])
+    assert torch.allclose(p_fast, p_ref, rtol=1e-6, atol=1e-7)
+    if not dense:   # lazy: rows never touched keep zero moments
+        assert not s_fast["exp_avg"][-5:].float().any()
+    with pytest.raises(ValueError, match="moments must be one of"):
+        RowAdam([nn.Parameter(torch.zeros(2, 2))], moments="fp16")
+
+
+@pytest.mark.parametrize("native_", [True, False])
+def test_bf16_moments_round_stochastically_so_the_second_moment_keeps_moving(fresh_cache, native_):
+    """With b2 = 0.999 the second moment of a steady gradient grows by 0.1 % of the gap per step, less than half a
+    bfloat16 ulp once it passes ~0.1: rounded to nearest it would stall there; rounded stochastically its mean over
+    the elements follows the float32 moment."""
+    if native_ and native._compiler() is None:
+        pytest.skip("no C compiler on this machine")
+    steps, n = 600, 4096
+    p = nn.Parameter(torch.zeros(1, n))
+    opt = RowAdam([p], lr=1e-3, native=native_, moments="bf16")
+    v_nearest = torch.zeros(n, dtype=torch.bfloat16)
+    for _ in range(steps):
+        p.grad = torch.ones(1, n)
+        opt.step()
+        v_nearest = (v_nearest.float() * 0.999 + 0.001).to(torch.bfloat16)   # what round-to-nearest would store
+    v32 = 1 - 0.999**steps   # 0.451
+    v = opt.state[p]["exp_avg_sq"].float()
+    assert abs(v.mean().item() - v32) < 0.002 and v.std().item() < 0.05   # each element: within a few ulps
+    assert v32 - v_nearest.float().mean().item() > 0.1   # the test can tell the two roundings apart
+
+
+def test_bf16_moments_survive_a_checkpoint_round_trip(tmp_path):
+    """torch's load_state_dict casts the moments to the parameter's dtype: RowAdam casts them back, so a resumed run
+    continues with the same bfloat16 moments and the same steps as one that never stopped."""
+    def steps(opt, p, gs):
+        for g in gs:
+            p.grad = g
+            opt.step()
+
+    grads = list(_sparse_steps(300, 37, 120, 6, seed=4))
+    torch.manual_seed(1)
+    p = nn.Parameter(torch.randn(300, 37) * 0.1)
+    q = nn.Parameter(p.detach().clone())
+    whole, first = RowAdam([p], lr=0.05, moments="bf16"), RowAdam([q], lr=0.05, moments="bf16")
+    steps(whole, p, grads)
+    steps(first, q, grads[:3])
+    torch.save(first.state_dict(), tmp_path / "opt.pt")
+    resumed = RowAdam([q], lr=0.05, moments="bf16")
+    resumed.load_state_dict(torch.load(tmp_path / "opt.pt"))
+    assert resumed.state[q]["exp_avg"].dtype == torch.bfloat16
+    steps(resumed, q, grads[3:])
+    assert torch.equal(p, q) and torch.equal(whole.state[p]["exp_avg_sq"], resumed.state[q]["exp_avg_sq"])
+
+
+@needs_compiler
 def test_native_kernel_is_built_once_into_its_cache(fresh_cache):
     assert native.row_adam() is not None
     (lib,) = fresh_cache.glob("row_adam-*.so")

@@ -394,6 +394,35 @@ def test_bf16_autocast_on_the_cpu_computes_the_scores_in_bfloat16_and_still_lear
     assert p16 > 0.8 and p32 > 0.8
 
 
+def test_bf16_sparse_moments_train_the_toy_task_with_half_the_moment_memory(tmp_path):
+    """``train.sparse_moments: bf16``: the trainer's RowAdam keeps the table's moments in bfloat16 (2 bytes per
+    element instead of 4), the parameters stay float32, and the model learns the toy task as the float32 run does;
+    torch's SparseAdam cannot keep them (refused by the schema)."""
+    from pydantic import ValidationError
+
+    from xmc.config.schema import TrainSection
+    from xmc.train.row_adam import RowAdam
+
+    texts, labels, Y = toy(n_q=60, n_l=30)
+    found = {}
+    for moments in ("float32", "bf16"):
+        torch.manual_seed(0)
+        model = DualEncoderModel(HashedBagOfWordsEncoder(dim=16, n_buckets=2048, seed=1), labels)
+        cfg = TrainConfig.from_params({"epochs": 15, "batch_size": 8, "lr": 0.05, "seed": 3, "sparse_moments": moments})
+        tr = Trainer(model, InBatchNegatives(Y), DecoupledSoftmaxLoss(0.1), cfg, texts, tmp_path / moments)
+        tr.fit()
+        (opt,) = [o for o in tr.optimizers if isinstance(o, RowAdam)]
+        state = opt.state[model.encoder.query_bag.weight]
+        assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == (torch.bfloat16 if moments == "bf16" else torch.float32)
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        D, I = ANNIndex().build(model.all_label_vectors(progress=False)).search(
+            model.query_vectors_np(texts, progress=False), 1)
+        found[moments] = np.mean([Y[q, I[q, 0]] > 0 for q in range(len(texts))])
+    assert found["bf16"] > 0.8 and found["float32"] > 0.8
+    with pytest.raises(ValidationError, match="sparse_moments bf16 needs sparse_optimizer row_adam"):
+        TrainSection(sparse_moments="bf16", sparse_optimizer="torch_sparse_adam")
+
+
 @pytest.mark.parametrize("kind", ["exact", "hnsw", "ivf"])
 def test_ann_index_against_brute_force_and_save_load(tmp_path, kind):
     rng = np.random.default_rng(0)

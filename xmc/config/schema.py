@@ -267,6 +267,9 @@ class TrainSection(Section):
     # updates the touched rows in one C pass (xmc/native; its torch path where no C compiler is found);
     # row_adam_torch always takes the torch path; torch_sparse_adam is torch's SparseAdam (same rule)
     sparse_optimizer: Literal["row_adam", "row_adam_torch", "torch_sparse_adam"] = "row_adam"
+    # the two Adam moments of those tables (row_adam, row_adam_torch): float32, or bf16 = stored in bfloat16 with
+    # stochastic rounding (half the optimiser's memory, fewer bytes moved per step; xmc/train/row_adam.py)
+    sparse_moments: Literal["float32", "bf16"] = "float32"
     # data-parallel ranks on this machine (torchrun; gloo on CPU, NCCL on GPUs; xmc.train.distributed)
     nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
     # with > 1 rank: each rank holds only its slice of a per-label classifier table (ASTRA's W, UniDEC's Ψ) and
@@ -280,6 +283,13 @@ class TrainSection(Section):
         if not re.fullmatch(r"auto|cpu|cuda(:\d+)?|mps", v):
             raise ValueError(f"must be auto, cpu, cuda, cuda:<n> or mps (got {v!r})")
         return v
+
+    @model_validator(mode="after")
+    def _moments_need_row_adam(self) -> TrainSection:
+        if self.sparse_moments != "float32" and self.sparse_optimizer == "torch_sparse_adam":
+            raise ValueError(f"sparse_moments {self.sparse_moments} needs sparse_optimizer row_adam or row_adam_torch "
+                             "(torch_sparse_adam keeps float32 moments)")
+        return self
 
 
 class TrainAtLeastOneEpoch(TrainSection):

@@ -107,6 +107,18 @@ def row_adam() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     return fn
 
 
+def row_adam_bf16m() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
+    """``xmc_row_adam_bf16m(p, m, v, rows, g, n_rows, dim, 1 - b1, b2, 1 - b2, eps, step_size, keys, bits, threads)``
+    (bfloat16 moments), or None."""
+    lib = load("row_adam")
+    if lib is None:
+        return None
+    fn = lib.xmc_row_adam_bf16m
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float] * 5 + [ctypes.c_void_p] * 2 + [ctypes.c_int]
+    return fn
+
+
 def trees_score() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     """``xmc_trees_score(X, n_rows, n_features, feature, threshold, missing_left, left, right, value, tree_start,
     n_trees, baseline, out)``, or None."""

@@ -64,6 +64,7 @@ class TrainConfig:
     checkpoint_interval_minutes: float = _DEFAULTS["checkpoint_interval_minutes"]
     device: str = _DEFAULTS["device"]
     sparse_optimizer: str = _DEFAULTS["sparse_optimizer"]  # row_adam | row_adam_torch | torch_sparse_adam (tables)
+    sparse_moments: str = _DEFAULTS["sparse_moments"]  # float32 | bf16 (RowAdam's moments, stochastically rounded)
 
     @classmethod
     def from_params(cls, p: dict[str, Any] | None) -> TrainConfig:
@@ -170,8 +171,10 @@ class Trainer:
             if self.cfg.sparse_optimizer in ("row_adam", "row_adam_torch"):
                 from xmc.train.row_adam import RowAdam
 
-                opt = RowAdam(sparse_groups, native=self.cfg.sparse_optimizer == "row_adam")
-                log.info("sparse tables: RowAdam, %s", "C kernel (xmc/native)" if opt.native else "torch path")
+                opt = RowAdam(sparse_groups, native=self.cfg.sparse_optimizer == "row_adam",
+                              moments=self.cfg.sparse_moments)
+                log.info("sparse tables: RowAdam, %s, %s moments", "C kernel (xmc/native)" if opt.native
+                         else "torch path", self.cfg.sparse_moments)
                 opts.append(opt)
             else:  # torch's SparseAdam: the same rule, the reference the row-wise one is measured against
                 opts.append(torch.optim.SparseAdam(sparse_groups))
