@@ -347,3 +347,24 @@ def test_no_literal_default_duplicates_a_schema_default():
             bad.append(f"{f}:{line}: {receiver}.get({key!r}, ...) duplicates the schema's default")
     assert not bad, "\n".join(bad)
     assert used == set(ALLOWED), f"stale ALLOWED entries: {sorted(set(ALLOWED) - used)}"
+
+
+def test_params_rewritten_by_dvc_exp_run_set_load_with_only_the_override_changed(tmp_path):
+    """``dvc exp run -S key=value`` rewrites the whole params.yaml (DVC's YAML 1.2 writer): strings such as a
+    selection choice's "on" / "off" come out unquoted. Read as DVC reads them (YAML 1.2 booleans), the file loads
+    and only the overridden value moved; PyYAML's YAML 1.1 booleans would make them True / False."""
+    import yaml
+    from dvc.utils.hydra import apply_overrides
+
+    path = tmp_path / "params.yaml"
+    path.write_text((ROOT / "params.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    apply_overrides(str(path), ["astra.defaults.train.epochs=24"])
+    text = path.read_text(encoding="utf-8")
+    assert re.search(r"^\s+reference: on$", text, re.M)   # DVC's rewrite left an unquoted "on" ...
+    assert yaml.safe_load(text)["selection"]["choices"]["maclr_label_regularisation"]["reference"] is True   # 1.1
+    before, after = load_params(ROOT / "params.yaml"), load_params(path)
+    assert after["selection"]["choices"]["maclr_label_regularisation"]["reference"] == "on"
+    assert after["astra"]["defaults"]["train"]["epochs"] == 24
+    assert [k for k in before if before[k] != after.get(k)] == ["astra"]
+    after["astra"]["defaults"]["train"]["epochs"] = before["astra"]["defaults"]["train"]["epochs"]
+    assert after == before

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import re
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -1111,12 +1112,23 @@ def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
 
 # ------------------------------------------------------------------------------------------------
 # where a key path is in the YAML file (for ``params.yaml:<line>:`` in the error)
+@functools.lru_cache(maxsize=1)
 def fast_yaml_loader() -> type:
     """PyYAML's libyaml-backed safe loader where the wheel has it (about 10x faster: every stage reads params.yaml
-    and the pipeline files at start-up), else the pure-Python one; both build the same documents and nodes."""
+    and the pipeline files at start-up), else the pure-Python one; both build the same documents and nodes.
+
+    Booleans are YAML 1.2's (true/false), as DVC reads params.yaml: PyYAML's YAML 1.1 also takes on/off/yes/no,
+    and ``dvc exp run -S`` rewrites the whole file with those strings unquoted (``reference: on``), which would then
+    come back as booleans here and fail the schema (a selection choice's "on"/"off")."""
     import yaml
 
-    return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    bool_tag = "tag:yaml.org,2002:bool"
+    loader = type("Yaml12BoolLoader", (base,), {"yaml_implicit_resolvers": {
+        first: [(tag, rx) for tag, rx in resolvers if tag != bool_tag]
+        for first, resolvers in base.yaml_implicit_resolvers.items()}})
+    loader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+    return loader
 
 
 def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
