@@ -115,7 +115,8 @@ def row_adam_bf16m() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
         return None
     fn = lib.xmc_row_adam_bf16m
     fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float] * 5 + [ctypes.c_void_p] * 2 + [ctypes.c_int]
+    fn.argtypes = ([ctypes.c_void_p] * 5 + [ctypes.c_int64] * 2 + [ctypes.c_float] * 5 + [ctypes.c_void_p] * 2
+                   + [ctypes.c_int])
     return fn
 
 

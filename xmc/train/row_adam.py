@@ -275,8 +275,9 @@ class RowAdam(torch.optim.Optimizer):
                     continue
                 if keys is not None:   # the torch path of bfloat16 moments, on the rows of a 2-D view
                     n = p.shape[0] if rows is not None else _dense_rows(p)
-                    _adam_rows_bf16(p.view(n, -1), m_all.view(n, -1), v_all.view(n, -1), vals.reshape(-1, p.numel() // n),
-                                    rows if rows is not None else torch.arange(n), keys, b1, b2, eps, step_size)
+                    _adam_rows_bf16(p.view(n, -1), m_all.view(n, -1), v_all.view(n, -1),
+                                    vals.reshape(-1, p.numel() // n), rows if rows is not None else torch.arange(n),
+                                    keys, b1, b2, eps, step_size)
                     continue
                 if rows is None:
                     _adam_rows(p, m_all, v_all, vals, None, b1, b2, eps, step_size)
