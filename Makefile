@@ -46,29 +46,32 @@ $(PECOS_VENV)/.installed: Makefile
 	@if git rev-parse --git-dir >/dev/null 2>&1; then $(BIN)/dvc init -q; else $(BIN)/dvc init -q --no-scm; fi
 	$(BIN)/dvc config core.analytics false
 
+# DVC's cache holds each output once and the workspace links to it (a copy only where the file system cannot link):
+# DVC's default copies every output into the cache, a second copy of every model on disk.
+.dvc/config.local: .dvc/config
+	$(BIN)/dvc config --local cache.type hardlink,symlink,copy
+
 # the two environments install side by side (each pip mostly waits on downloads and unpacking, one core each)
 setup:
 	@$(MAKE) --no-print-directory -j2 $(VENV)/.installed $(PECOS_VENV)/.installed
-	@$(MAKE) --no-print-directory .dvc/config
+	@$(MAKE) --no-print-directory .dvc/config.local
 
-# The package@<run> stages (their own dvc.yaml, joined with the others into one pipeline: see dvc.yaml)
-PACKAGES := pipelines/package/dvc.yaml
-
-# The main pipeline: data, validation, the peers and one default run of every method (about 60 minutes on 2 cores).
+# The product pipeline (dvc.yaml): data, validation, features, one run of every method and peer, their packages,
+# hybrids and the comparison report.
 run: setup
-	$(BIN)/dvc repro report $(PACKAGES)
+	$(BIN)/dvc repro
 	@echo
 	@cat reports/comparison.md
 	@echo "Validation report: reports/validation/report.html   Comparison: reports/comparison.html"
-	@echo "Model packages: packages/<method>/  (xmc info astra; xmc predict astra --input texts.txt; xmc serve astra)"
+	@echo "Model packages: packages/<name>/  (xmc info astra; xmc predict astra --input texts.txt; xmc serve astra)"
 
 # The model packages to and from the DVC remote (default: ../xmc-dvc-remote; see README "Registry"):
 # after `make pull` a fresh clone predicts without training.
 push: setup
-	$(BIN)/dvc push $(PACKAGES)
+	$(BIN)/dvc push package fuse ensemble
 
 pull: setup
-	$(BIN)/dvc pull $(PACKAGES)
+	$(BIN)/dvc pull package fuse ensemble
 
 # The HTTP service of one package (MODEL=astra by default) on 127.0.0.1:8000
 MODEL ?= astra

@@ -69,7 +69,7 @@ is the median of the pairs' speed-ups with their range (``speedup_new_over_refer
 other variants run once, in the first pair.
 
 The current library shortens the busy-wait of idle OpenMP workers (``GOMP_SPINCOUNT``, set by the stages before
-torch loads: ``xmc.methods.base.short_openmp_spin``); this script sets it the same way for the current library and
+torch loads: ``xmc.machine.short_openmp_spin``); this script sets it the same way for the current library and
 leaves the reference worker with libgomp's default, as that commit ran. A ``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` of
 yours is kept on both sides (``GOMP_SPINCOUNT=300000``, libgomp's default, measures the current library without it).
 
@@ -184,7 +184,7 @@ def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[s
     from xmc.methods import get_method
     from xmc.methods.base import RunContext
     from xmc.methods.runs import RunSpec, find_run
-    from xmc.train import Trainer, TrainConfig
+    from xmc.trainer import Trainer, TrainConfig
 
     import torch
 
@@ -342,7 +342,7 @@ def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
                        capture_output=True)
         try:
             env = {**os.environ, "PYTHONPATH": str(tree)}
-            if default_spin:   # the reference library left libgomp's default spin (xmc.methods.base.short_openmp_spin)
+            if default_spin:   # the reference library left libgomp's default spin (xmc.machine.short_openmp_spin)
                 env.pop("GOMP_SPINCOUNT", None)
             p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--runs", ",".join(runs),
                                 "--epochs", str(epochs), "--processed", str(Path(processed).resolve()),
@@ -456,7 +456,7 @@ def main() -> None:
     ap.add_argument("--peaks", default="", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if not a.worker:   # before torch (and its OpenMP runtime) loads, as the stages do it
-        from xmc.methods.base import short_openmp_spin
+        from xmc.machine import short_openmp_spin
 
         spin_set_here = short_openmp_spin()   # then the reference worker runs without it
     import torch

@@ -1,5 +1,5 @@
 """Data-parallel training on this machine: throughput with 1 and 2 ranks, and per-rank classifier-table memory at
-10^6 labels with 1, 2 and 4 ranks (label-sharded tables, ``xmc.train.label_table``).
+10^6 labels with 1, 2 and 4 ranks (label-sharded tables, ``xmc.trainer.label_table``).
 
 1. **Throughput** on the processed training split (``data/processed``, run ``make run`` or ``dvc repro ingest``
    first): the params' ``dexml_bow`` run (bag-of-words dual encoder, hard-negative pool) and ``astra`` (its
@@ -40,8 +40,8 @@ from bench.unidec_memory import peak_rss_mb, rss_mb
 def throughput_child(a: argparse.Namespace) -> None:
     from xmc.config import load_params
     from xmc.data import load_processed
-    from xmc.train import Trainer, TrainConfig
-    from xmc.train.distributed import context, init_from_env
+    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.distributed import context, init_from_env
 
     ctx = init_from_env()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.world))
@@ -52,7 +52,7 @@ def throughput_child(a: argparse.Namespace) -> None:
     if a.method == "dexml_bow":
         from xmc.encoders import build_encoder
         from xmc.losses import build_loss
-        from xmc.models import DualEncoderModel
+        from xmc.models.dual_encoder import DualEncoderModel
         from xmc.negatives import build_sampler
         from xmc.methods.runs import find_run
 
@@ -105,9 +105,9 @@ def throughput_child(a: argparse.Namespace) -> None:
 
 
 def memory_child(a: argparse.Namespace) -> None:
-    from xmc.train.distributed import init_from_env
-    from xmc.train.label_table import LabelTable
-    from xmc.train.row_adam import RowAdam
+    from xmc.trainer.distributed import init_from_env
+    from xmc.trainer.label_table import LabelTable
+    from xmc.trainer.row_adam import RowAdam
 
     ctx = init_from_env()
     torch.set_num_threads(1)

@@ -76,7 +76,7 @@ def main() -> None:
     from xmc.data import load_processed
     from xmc.io import read_json
     from xmc.metrics.bootstrap import paired_bootstrap
-    from xmc.methods.base import set_threads
+    from xmc.machine import set_threads
 
     from bench.bow_training_speed import validation_contributions
 

@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench" / "fp16_padding.json"))
     a = ap.parse_args(argv)
-    from xmc.methods.base import set_threads
+    from xmc.machine import set_threads
 
     set_threads()
     rows = [measure(int(d), a.n, a.queries, a.k, a.rounds) for d in a.dims.split(",")]

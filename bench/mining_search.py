@@ -69,7 +69,7 @@ def train_shipped(processed: str, overrides: dict[str, Any] | None = None,
     from xmc.methods import get_method
     from xmc.methods.base import RunContext
     from xmc.methods.runs import RunSpec, find_run
-    from xmc.train import TrainConfig, Trainer
+    from xmc.trainer import TrainConfig, Trainer
 
     params = load_params()
     ds = load_processed(processed, splits=("trn",))
@@ -203,7 +203,7 @@ def measure(Y: Any, Q: np.ndarray, L: np.ndarray, size: int, repeats: int) -> di
 
 def main() -> None:
     from xmc.config import load_params, set_offline_env
-    from xmc.methods.base import short_openmp_spin
+    from xmc.machine import short_openmp_spin
 
     set_offline_env()
     short_openmp_spin()   # as the stages run

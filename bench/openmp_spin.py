@@ -1,6 +1,6 @@
 """How long idle OpenMP workers busy-wait (``GOMP_SPINCOUNT``), measured on the training loops it affects.
 
-The stages set ``GOMP_SPINCOUNT`` to ``xmc.methods.base.OPENMP_SPIN_COUNT`` before torch loads
+The stages set ``GOMP_SPINCOUNT`` to ``xmc.machine.OPENMP_SPIN_COUNT`` before torch loads
 (``short_openmp_spin``). libgomp reads it once, when it loads, so each setting needs its own process: this script
 runs a worker per setting, alternating the settings round by round (a slow minute of the machine then falls on
 every setting), and each worker times, with the current library:

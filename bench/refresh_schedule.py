@@ -146,7 +146,7 @@ def shortlist_drift(processed: str, size: int, widths: tuple[int, ...] = (100, 2
 def main() -> None:
     from xmc.config import load_params, set_offline_env
     from xmc.machine import describe_machine
-    from xmc.methods.base import short_openmp_spin
+    from xmc.machine import short_openmp_spin
 
     set_offline_env()
     short_openmp_spin()   # as the stages run

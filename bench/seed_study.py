@@ -28,7 +28,7 @@ too (``hybrid_candidate_minus_default``): a base model's choice need not carry o
 Any trained run: ``--processed`` is its processed data; what else it reads (RAMEN's graph, a local encoder) is
 read from the working directory, as the stages read it. ``--out`` is rewritten after every trained model, and
 ``--resume`` keeps the rows it already holds, so a study cut short (a killed process) goes on where it stopped
-(``train_run`` gives each trained run's memory back: ``xmc.train.memory.release_freed_memory``).
+(``train_run`` gives each trained run's memory back: ``xmc.trainer.memory.release_freed_memory``).
 Not a test.
 """
 

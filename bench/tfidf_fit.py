@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--merge", action="store_true")
     a = ap.parse_args(argv)
 
-    from xmc.methods.base import set_threads
+    from xmc.machine import set_threads
 
     set_threads()
     from xmc.config import load_params

@@ -59,9 +59,9 @@ def child(a: argparse.Namespace) -> dict[str, Any]:
     from xmc.encoders import build_encoder
     from xmc.losses import DecoupledSoftmaxLoss
     from xmc.methods.unidec import PickSomeLabelsSampler, UniDECModel, UniDECObjective
-    from xmc.models import DualEncoderModel
+    from xmc.models.dual_encoder import DualEncoderModel
     from xmc.negatives import AllLabels
-    from xmc.train import Trainer, TrainConfig
+    from xmc.trainer import Trainer, TrainConfig
 
     torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
     torch.manual_seed(0)

@@ -1,9 +1,8 @@
 """Train one run of any method -> models/<run>/ (+ checkpoints/<run>/ to resume, plots/train/<run>/).
 
-Usage: ``python -m stages.train <run>``. The run is looked up in params.yaml wherever its method keeps
-its runs (``runs``, ``ramen.runs``, ``unidec.runs``, ``astra.runs``, ``maclr.runs``, ``maclr.fewshot.runs``,
-``pretrained``, ``st_mnrl``); a killed run resumes from its last checkpoint. With ``train.nproc_per_node`` > 1
-the stage relaunches itself under torchrun (data parallel, ``xmc.train.distributed``).
+Usage: ``python -m stages.train <run>`` (a run of params ``runs``); a killed run resumes from its last checkpoint.
+With ``train.nproc_per_node`` > 1 the stage relaunches itself under torchrun (data parallel,
+``xmc.trainer.distributed``). ``xmc train`` calls the same harness (``xmc.methods.harness.train_run``).
 """
 
 from __future__ import annotations
@@ -12,29 +11,34 @@ import os
 import sys
 
 from xmc.config import load_params, run_entry_point
+from xmc.config.runs import resolve_run
+from xmc.encoders.cache import configure_from_params
 from xmc.errors import ConfigError
+from xmc.methods.base import ranks_of
+from xmc.methods.harness import train_run
+from xmc.workspace import Workspace
+
+
+def relaunch_under_torchrun(ranks: int, argv: list[str], module: str = "stages.train") -> None:
+    """Data parallel: this process becomes torchrun, which starts one process per rank running ``module``
+    (xmc.trainer.distributed); the ranks stop if the launcher dies."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
+           "-m", module, *argv]
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, cmd)
 
 
 def main() -> None:
     if len(sys.argv) != 2:
         raise ConfigError("usage: python -m stages.train <run>")
-    from xmc.methods.base import ranks_of, train_run
-    from xmc.methods.runs import find_run
-
     params = load_params()
-    from xmc.encoders.cache import configure_from_params
-
+    run = resolve_run(params, sys.argv[1])
     configure_from_params(params)   # large encodings are reused across stages (params.yaml: encode_cache)
-    ranks = ranks_of(find_run(params, sys.argv[1]))
+    ranks = ranks_of(run)
     if ranks > 1 and "WORLD_SIZE" not in os.environ:
-        # data parallel: this process becomes torchrun, which starts one process per rank running this stage
-        # (xmc.train.distributed); the ranks stop if the launcher dies
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}",
-               "-m", "stages.train", sys.argv[1]]
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os.execv(sys.executable, cmd)
-    train_run(params, sys.argv[1])
+        relaunch_under_torchrun(ranks, sys.argv[1:])
+    train_run(params, run, Workspace())
 
 
 if __name__ == "__main__":

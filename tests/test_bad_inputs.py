@@ -528,7 +528,7 @@ def test_bad_model_package_or_prediction_input(repo, tmp_path, case):
 
 def test_planted_pickle_checkpoint_is_refused_not_run(tmp_path):
     from xmc.errors import DataFormatError
-    from xmc.train.checkpoint import load_checkpoint
+    from xmc.trainer.checkpoint import load_checkpoint
 
     ck = tmp_path / "checkpoint.pt"
     import torch
@@ -548,7 +548,7 @@ def test_checkpoint_state_round_trips_without_pickle(tmp_path):
     """numpy arrays, ragged object arrays, tuples and numpy scalars survive a weights_only round trip."""
     import torch
 
-    from xmc.train.checkpoint import load_checkpoint, save_checkpoint
+    from xmc.trainer.checkpoint import load_checkpoint, save_checkpoint
 
     ragged = np.empty(2, dtype=object)
     ragged[:] = [np.arange(3), np.arange(5)]

@@ -1,4 +1,4 @@
-"""The candidate-scores op (xmc.train.candidate_scores) against the autograd gather it replaces."""
+"""The candidate-scores op (xmc.trainer.candidate_scores) against the autograd gather it replaces."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import torch
 from torch import nn
 
-from xmc.train.candidate_scores import candidate_scores
-from xmc.train.row_adam import RowAdam
+from xmc.trainer.candidate_scores import candidate_scores
+from xmc.trainer.row_adam import RowAdam
 
 
 def _gather_reference(q: torch.Tensor, table: nn.Embedding, ids: torch.Tensor) -> torch.Tensor:

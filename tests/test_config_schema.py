@@ -132,7 +132,7 @@ def test_sampler_builder_fills_from_the_schema(monkeypatch):
 
 
 def test_train_config_is_the_schema_train_section():
-    from xmc.train import TrainConfig
+    from xmc.trainer import TrainConfig
 
     d = TrainSection().model_dump()
     fields = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -150,7 +150,7 @@ def test_index_tfidf_bootstrap_selection_and_monitor_fill_from_the_schema():
     from xmc.baselines.tfidf import _vectorizer, fit_tfidf
     from xmc.metrics.bootstrap import bootstrap_settings
     from xmc.report.selection import select_all
-    from xmc.train import RetrievalEvaluator
+    from xmc.trainer import RetrievalEvaluator
 
     d = IndexConfig().model_dump()
     index = ANNIndex.from_params({})
@@ -199,7 +199,7 @@ def _bad_calls(tmp_path):
     from xmc.metrics.bootstrap import bootstrap_settings
     from xmc.negatives import build_sampler
     from xmc.report.selection import select_all
-    from xmc.train import RetrievalEvaluator, TrainConfig
+    from xmc.trainer import RetrievalEvaluator, TrainConfig
     from xmc.validation import validate_dataset
 
     Y = sp.csr_matrix(np.eye(4, dtype=np.float32))
@@ -241,7 +241,7 @@ def test_a_wrong_key_in_a_partial_section_is_a_one_line_config_error(tmp_path):
 # ------------------------------------------------------------------------------------------------
 # no literal default for a params key outside the schema
 SCOPE = ["xmc/encoders", "xmc/negatives", "xmc/losses", "xmc/ann", "xmc/data", "xmc/validation", "xmc/baselines",
-         "xmc/graph", "xmc/report", "xmc/metrics", "xmc/maclr", "xmc/peers", "xmc/train",
+         "xmc/graph", "xmc/report", "xmc/metrics", "xmc/maclr", "xmc/peers", "xmc/trainer",
          "stages/ingest.py", "stages/validate.py", "stages/tfidf.py", "stages/graph.py", "stages/evaluate.py",
          "stages/report.py", "stages/selection.py", "stages/maclr_pseudo_pairs.py"]
 
@@ -256,8 +256,8 @@ SECTIONS_READ = {
     "xmc/report/selection.py": ["SelectionConfig", "SelectionChoice"],
     "xmc/maclr/train.py": ["MaclrStage1", "MaclrStage2", "TrainSection", "NegativesConfig", "LossConfig"],
     "xmc/peers/st_mnrl.py": ["DualEncoderConfig", "EncoderConfig", "LossConfig", "TrainSection"],
-    "xmc/train/trainer.py": ["TrainSection"],
-    "xmc/train/evaluator.py": ["TrainSection", "EvaluateConfig"],
+    "xmc/trainer/trainer.py": ["TrainSection"],
+    "xmc/trainer/evaluator.py": ["TrainSection", "EvaluateConfig"],
     "stages/ingest.py": ["ParamsConfig", "DataConfig", "Subsample", "ValidationSplit"],
     "stages/validate.py": ["ParamsConfig", "DataConfig", "ValidateConfig"],
     "stages/tfidf.py": ["ParamsConfig", "DataConfig", "TfidfConfig"],

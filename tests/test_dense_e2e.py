@@ -11,7 +11,7 @@ import time
 import pytest
 
 from tests.pipeline_repo import PACKAGES, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, stages_run
-from xmc.train.checkpoint import load_checkpoint
+from xmc.trainer.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 

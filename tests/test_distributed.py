@@ -30,10 +30,10 @@ def _data(n: int = 96, seed: int = 0) -> tuple[list[str], sp.csr_matrix]:
 def _train(negatives: dict, out: Path, steps_file: Path) -> None:
     from xmc.encoders import build_encoder
     from xmc.losses import DecoupledSoftmaxLoss
-    from xmc.models import DualEncoderModel
+    from xmc.models.dual_encoder import DualEncoderModel
     from xmc.negatives import build_sampler
-    from xmc.train import Trainer, TrainConfig
-    from xmc.train.distributed import ShardedForward, context
+    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.distributed import ShardedForward, context
 
     torch.manual_seed(0)
     texts, Y = _data()
@@ -73,8 +73,8 @@ def _train_astra(opts: dict, out: Path, steps_file: Path) -> None:
     ANN negatives from epoch 1 and uniform negatives drawn from the step's seed."""
     from tests.test_astra import small_model, synthetic
     from xmc.methods.astra import ASTRANegatives, ASTRAObjective
-    from xmc.train import Trainer, TrainConfig
-    from xmc.train.distributed import context
+    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.distributed import context
 
     texts, labels, Y = synthetic(n_q=96, n_l=40)
     model = small_model(labels, shard_labels=opts.get("shard", False))
@@ -102,8 +102,8 @@ def _train_unidec(opts: dict, out: Path, steps_file: Path) -> None:
     from tests.test_unidec import synthetic
     from xmc.encoders import HashedBagOfWordsEncoder
     from xmc.methods.unidec import PickSomeLabelsSampler, UniDECModel, UniDECObjective
-    from xmc.train import Trainer, TrainConfig
-    from xmc.train.distributed import context
+    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.distributed import context
 
     torch.manual_seed(0)
     texts, labels, Y = synthetic()
@@ -128,8 +128,8 @@ def _train_unidec(opts: dict, out: Path, steps_file: Path) -> None:
 def _train_ramen(_: dict, out: Path, steps_file: Path) -> None:
     """RAMEN: graph regularisers (anchor texts encoded through the sharded encoder), pruning from epoch 1."""
     from tests.test_ramen import toy_ramen
-    from xmc.train import Trainer, TrainConfig
-    from xmc.train.distributed import context
+    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.distributed import context
 
     (texts, _, _, _), enc, model, sampler, obj = toy_ramen(every_epochs=1)
     cfg = TrainConfig(epochs=2, batch_size=16, lr=0.05, warmup_ratio=0.0)
@@ -147,7 +147,7 @@ def _train_maclr_stage1(_: dict, out: Path, steps_file: Path) -> None:
     from xmc.encoders import build_encoder
     from xmc.maclr.pseudo import ICTPair, PseudoPairs
     from xmc.maclr.train import train_stage1
-    from xmc.train.distributed import context
+    from xmc.trainer.distributed import context
 
     torch.manual_seed(0)
     texts, _ = _data(n=96)

@@ -13,7 +13,7 @@ import pytest
 from bench.gpu_profiles import PROFILES, pack, profile_params, unpack
 from xmc.config import load_params
 from xmc.methods.runs import find_run
-from xmc.train.live import TrainingLog
+from xmc.trainer.live import TrainingLog
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -13,14 +13,14 @@ from xmc.logs import JsonLinesFormatter, TextFormatter, kv
 
 
 def _record(msg: str, *args) -> logging.LogRecord:
-    return logging.LogRecord("xmc.train.trainer", logging.INFO, __file__, 1, msg, args, None)
+    return logging.LogRecord("xmc.trainer.trainer", logging.INFO, __file__, 1, msg, args, None)
 
 
 def test_json_lines_stay_valid_with_quotes_newlines_and_values():
     line = JsonLinesFormatter("train dexml").format(_record('say "hi"\nthen: %s', kv({"P@1": 68.61234, "n": 3})))
     rec = json.loads(line)
     assert "\n" not in line and rec["message"] == 'say "hi"\nthen: P@1 68.61, n 3'
-    assert rec["level"] == "INFO" and rec["stage"] == "train dexml" and rec["logger"] == "xmc.train.trainer"
+    assert rec["level"] == "INFO" and rec["stage"] == "train dexml" and rec["logger"] == "xmc.trainer.trainer"
 
 
 def test_text_lines_name_level_and_stage_without_reprs():

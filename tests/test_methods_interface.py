@@ -196,7 +196,7 @@ def test_set_threads_shortens_the_openmp_spin_unless_the_user_set_one():
     import subprocess
     import sys
 
-    from xmc.methods.base import OPENMP_SPIN_COUNT
+    from xmc.machine import OPENMP_SPIN_COUNT
 
     code = ("import os, subprocess, sys\n"
             "from xmc.methods.base import set_threads\n"

@@ -11,7 +11,7 @@ from torch import nn
 
 import xmc.native as native
 from xmc.encoders.bow import HashedBagOfWordsEncoder, NgramIdCache, hashed_ngrams, hashed_ngrams_many
-from xmc.train.row_adam import RowAdam, sorted_unique_rows
+from xmc.trainer.row_adam import RowAdam, sorted_unique_rows
 
 needs_compiler = pytest.mark.skipif(native._compiler() is None, reason="no C compiler on this machine")
 
@@ -50,7 +50,7 @@ def _run(L, d, U, steps, **kw):
 @needs_compiler
 @pytest.mark.parametrize("share", [0.0, 2.0])   # the torch path updating blocks in place, or gathering rows
 def test_native_row_adam_equals_the_torch_path(fresh_cache, monkeypatch, share):
-    from xmc.train import row_adam
+    from xmc.trainer import row_adam
 
     monkeypatch.setattr(row_adam, "_DENSE_BLOCK_SHARE", share)
     monkeypatch.setattr(row_adam, "_BLOCK_ELEMENTS", 37 * 16)

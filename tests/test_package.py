@@ -210,7 +210,7 @@ def test_code_version_is_dirty_only_when_the_model_code_changed(tmp_path):
 
 def test_card_training_line_reads_one_stage_and_two_stage_summaries():
     """A MACLR summary has a step count per stage and a machine but no device; the card must not show "?" for it."""
-    from xmc.package.card import encoder_card, training_budget, training_record
+    from xmc.cards import encoder_card, training_budget, training_record
 
     assert training_budget({"epochs": 6, "steps": 330, "train_seconds": 35.58, "device": "cpu"}) == \
         "6 epochs, 330 steps, 35.58 s on cpu"

@@ -19,11 +19,11 @@ from xmc.graph.rwr import top_k_per_row
 from xmc.data.dataset import Split
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.methods.ramen import GraphAnchorSampler, RamenObjective, TripletLoss, anchor_regulariser
-from xmc.models import DualEncoderModel
+from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import InBatchNegatives
-from xmc.train import Trainer, TrainConfig
-from xmc.train.live import TrainingLog
-from xmc.train.checkpoint import load_checkpoint
+from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.live import TrainingLog
+from xmc.trainer.checkpoint import load_checkpoint
 
 
 def small_bipartite(seed: int = 0, n: int = 7, m: int = 5) -> sp.csr_matrix:

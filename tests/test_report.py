@@ -564,7 +564,7 @@ def test_selection_stage_uses_validation_only(tmp_path):
 def test_live_page_renders_a_training_record_while_it_grows(tmp_path):
     """The offline live view: a record DVCLive is still writing renders to a self-reloading page."""
     from xmc.report.live import render_live_page
-    from xmc.train.live import TrainingLog
+    from xmc.trainer.live import TrainingLog
 
     run = tmp_path / "plots" / "train" / "r"
     live = TrainingLog(run, sync_every_s=0)

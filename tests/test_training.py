@@ -12,11 +12,11 @@ import torch
 from xmc.ann import ANNIndex
 from xmc.encoders import HashedBagOfWordsEncoder
 from xmc.losses import DecoupledSoftmaxLoss
-from xmc.models import DualEncoderModel
+from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import AllLabels, HardNegativeShortlist, InBatchNegatives
 from xmc.negatives.samplers import mine_shortlist
-from xmc.train import Trainer, TrainConfig
-from xmc.train.live import TrainingLog
+from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.live import TrainingLog
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 
@@ -313,7 +313,7 @@ def test_checkpoint_from_other_settings_is_not_resumed(tmp_path):
 def test_checkpoints_wait_for_their_interval(tmp_path, monkeypatch):
     """With checkpoint_interval_minutes a checkpoint is written only once that much time has passed since the last
     one (or the start); 0 writes at every opportunity (every 2 steps and at epoch ends here)."""
-    from xmc.train import trainer as trainer_module
+    from xmc.trainer import trainer as trainer_module
 
     texts, labels, Y = toy()
     clock = {"now": 0.0}
@@ -401,7 +401,7 @@ def test_bf16_sparse_moments_train_the_toy_task_with_half_the_moment_memory(tmp_
     from pydantic import ValidationError
 
     from xmc.config.schema import TrainSection
-    from xmc.train.row_adam import RowAdam
+    from xmc.trainer.row_adam import RowAdam
 
     texts, labels, Y = toy(n_q=60, n_l=30)
     found = {}
@@ -525,7 +525,7 @@ def test_inverse_propensity_positive_sampling_prefers_tail_labels_at_the_expecte
 def test_trainer_runs_a_custom_objective_with_sgd_group_and_cosine_schedule(tmp_path):
     """A method's own objective plugs into the same trainer; its parts are logged; the SGD group only
     moves the rows its sparse gradient touched; the cosine schedule decays to ~0."""
-    from xmc.train import Objective
+    from xmc.trainer import Objective
 
     texts, labels, Y = toy()
 
@@ -574,7 +574,7 @@ def test_per_epoch_monitoring_scores_the_validation_split_never_test():
     """The curves (and anything chosen from them) come from validation: the monitor holds validation queries,
     and a dataset loaded without its test split monitors just the same."""
     from xmc.data import Split, XMCDataset
-    from xmc.train import RetrievalEvaluator
+    from xmc.trainer import RetrievalEvaluator
 
     Y = sp.csr_matrix(np.eye(4, 3, dtype=np.float32))
     trn = Split(["t0", "t1", "t2", "t3"], ["a", "b", "c", "d"], Y)
@@ -595,8 +595,8 @@ def test_row_adam_follows_torch_sparse_adam(block_elements, native, monkeypatch)
     """RowAdam is SparseAdam's rule (lazy Adam: untouched rows and their moments stay put), block by block."""
     from torch import nn
 
-    from xmc.train import row_adam
-    from xmc.train.row_adam import RowAdam
+    from xmc.trainer import row_adam
+    from xmc.trainer.row_adam import RowAdam
 
     monkeypatch.setattr(row_adam, "_BLOCK_ELEMENTS", block_elements)
 
@@ -625,8 +625,8 @@ def test_row_adam_in_place_blocks_equal_gathered_rows(monkeypatch):
     gives, and leaves untouched rows and their moments exactly as they were."""
     from torch import nn
 
-    from xmc.train import row_adam
-    from xmc.train.row_adam import RowAdam
+    from xmc.trainer import row_adam
+    from xmc.trainer.row_adam import RowAdam
 
     monkeypatch.setattr(row_adam, "_BLOCK_ELEMENTS", 7 * 13)   # blocks of 13 rows
     gen = torch.Generator().manual_seed(3)
@@ -1087,7 +1087,7 @@ def test_a_finished_trainings_freed_heap_goes_back_to_the_system():
 
     code = """
 import numpy as np
-from xmc.train.memory import release_freed_memory, reuse_freed_memory
+from xmc.trainer.memory import release_freed_memory, reuse_freed_memory
 def rss_mb():
     return int(next(l for l in open('/proc/self/status') if l.startswith('VmRSS')).split()[1]) // 1024
 if not reuse_freed_memory():

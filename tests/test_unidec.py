@@ -12,7 +12,7 @@ from xmc.encoders import HashedBagOfWordsEncoder
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.methods.unidec import (PickSomeLabelsSampler, UniDECModel, UniDECObjective, cluster_chunks,
                                 predict_spaces)
-from xmc.train import Trainer, TrainConfig
+from xmc.trainer import Trainer, TrainConfig
 
 
 def hand_batch():

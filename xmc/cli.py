@@ -1,5 +1,6 @@
-"""The ``xmc`` command: predict with, inspect, serve, list and promote model packages.
+"""The ``xmc`` command: train a model on a dataset folder; predict with, inspect, serve, list and promote packages.
 
+    xmc train DATA_DIR [--method astra] [--config my.yaml] [--set train.epochs=8] [--out models/astra]
     xmc predict MODEL [-k 10] [--input FILE|-] [--output FILE|-] [--format jsonl|tsv]
     xmc info MODEL [--verify] [--json]
     xmc serve MODEL [--host 127.0.0.1] [--port 8000]
@@ -36,6 +37,42 @@ def _serve_defaults() -> dict[str, Any]:
         except Exception:  # noqa: BLE001 - a broken params file must not stop serving a package folder
             pass
     return out
+
+
+def _set_override(text: str) -> dict[str, Any]:
+    """``key.path=value`` (the value read as YAML: numbers, booleans, lists) -> a nested override."""
+    import yaml
+
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
+        raise ConfigError(f"--set {text!r}: expected key.path=value (e.g. train.epochs=8)")
+    try:
+        parsed = yaml.safe_load(value) if value.strip() else value
+    except yaml.YAMLError:
+        parsed = value
+    out: dict[str, Any] = {}
+    node = out
+    *parents, last = key.strip().split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = parsed
+    return out
+
+
+def cmd_train(a: argparse.Namespace) -> None:
+    from xmc.api import train
+    from xmc.config.schema import deep_merge
+
+    overrides: dict[str, Any] = {}
+    for item in a.set or []:
+        overrides = deep_merge(overrides, _set_override(item))
+    pkg = train(a.data_dir, method=a.method, out=a.out, config=a.config, work_dir=a.work_dir,
+                keep_work=a.work_dir is not None, run_validation=not a.no_validate, **overrides)
+    metrics = pkg.manifest.get("metrics") or {}
+    print(f"trained {pkg.method} on {a.data_dir} -> {pkg.root} ({pkg.n_labels} labels)", file=sys.stderr)
+    for split, label in (("val", "validation"), ("tst", "test")):
+        if metrics.get(split):
+            print(f"  {label:<10}  {_short_metrics(metrics[split])}", file=sys.stderr)
 
 
 def _write_tsv(out: TextIO, uid: str, preds: list[Any]) -> None:
@@ -164,11 +201,48 @@ def cmd_promote(a: argparse.Namespace) -> None:
         sys.exit(4)
 
 
+def _methods_help() -> str:
+    """The methods and their main knobs, from the defaults files (``xmc train --help``)."""
+    from xmc.config.runs import DESCRIPTIONS, PAPER_METHODS, main_knobs
+
+    lines = ["methods (--method) and their main knobs (--set key=value, or a --config YAML of the same keys):", ""]
+    for m in (*PAPER_METHODS, *[m for m in DESCRIPTIONS if m not in PAPER_METHODS]):
+        lines.append(f"  {m:<15} {DESCRIPTIONS[m]}")
+        knobs = [k for k, _ in main_knobs(m)]
+        if knobs:
+            shown = ", ".join(knobs[:12]) + (", ..." if len(knobs) > 12 else "")
+            lines.append(f"  {'':<15} {shown}")
+    lines += ["", "Every knob with its default and meaning: xmc/config/defaults/<method>.yaml. Product sections (data, "
+              "evaluate, index, label_names, tfidf, graph, maclr_pairs) are set the same way, e.g. "
+              "--set data.validation.fraction=0.2."]
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="xmc", description="Predict with, inspect, serve and promote xmc model packages. "
-                                 "MODEL is a package folder or a registry name (astra, astra#prod, astra@v0.2.0, #prod).")
+    ap = argparse.ArgumentParser(prog="xmc", description="Train xmc models on a dataset folder; predict with, inspect, "
+                                 "serve and promote model packages. MODEL is a package folder or a registry name "
+                                 "(astra, astra#prod, astra@v0.2.0, #prod).")
     ap.add_argument("--debug", action="store_true", help="full tracebacks instead of one-line errors")
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train one method on a dataset folder and write its model package",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       description="Read DATA_DIR (XC raw: trn.raw.txt + trn_X_Y.txt + lbl.raw.txt, optional tst/val "
+                       "files; or JSON lines: trn.json + lbl.json), carve a validation split from training where none "
+                       "is shipped, validate the data, train METHOD with its defaults and your overrides, evaluate "
+                       "on validation (and test when there is one) and write a model package that `xmc predict` and "
+                       "`xmc serve` load. No DVC or git needed.", epilog=_methods_help())
+    p.add_argument("data_dir", metavar="DATA_DIR")
+    p.add_argument("--method", default="astra", metavar="METHOD", help="the method to train (default astra; below)")
+    p.add_argument("--config", metavar="YAML", help="a YAML file of overrides (the method's knobs; product sections "
+                   "by name)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", help="one override, e.g. train.epochs=8 "
+                   "(repeatable; applied after --config)")
+    p.add_argument("--out", metavar="DIR", help="the package folder to write (default models/METHOD)")
+    p.add_argument("--work-dir", metavar="DIR", help="keep the processed data, features and checkpoints here "
+                   "(a rerun with the same folder resumes); default: a scratch folder, removed at the end")
+    p.add_argument("--no-validate", action="store_true", help="skip the great-expectations data checks")
+    p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("predict", help="top-k labels for texts (one per line, or JSON lines {id?, text})",
                        description="Top-k labels for a file or stdin of texts: .txt one text per line, .jsonl "

@@ -79,7 +79,7 @@ def _declared_paths(repo: Path, stamp: tuple[tuple[str, float], ...]
     Only what can be resolved cheaply is kept: paths with unresolved templates are dropped."""
     import yaml
 
-    from xmc.config.schema import fast_yaml_loader
+    from xmc.yaml12 import fast_yaml_loader
 
     def load(path: Path) -> dict:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=fast_yaml_loader()) or {}

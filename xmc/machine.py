@@ -7,8 +7,10 @@ MiniLM stage took 2.7-2.9x longer. Records that carry a time also carry this des
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -63,3 +65,74 @@ def describe_machine(measure: bool = True) -> dict[str, Any]:
     if measure:
         out["matmul_GFLOPs"] = round(matmul_gflops(), 1)
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# threads of this process
+# ------------------------------------------------------------------------------------------------
+def set_threads() -> None:
+    """Use every core the machine (or ``XMC_THREADS``) gives this process: its share, under data parallelism.
+
+    Sets torch's threads now if torch is loaded, else when it loads: a stage that never needs torch (the
+    baselines, name matching) does not pay the ~2 s of importing it just to set a thread count. Idle OpenMP
+    workers spin briefly before they sleep (:func:`short_openmp_spin`), so they leave the cores to the work."""
+    short_openmp_spin()
+    world = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    n = max(1, int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)) // world)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(n)
+        return
+    for finder in sys.meta_path:
+        if isinstance(finder, _ThreadsWhenTorchLoads):
+            finder.threads = n
+            return
+    sys.meta_path.insert(0, _ThreadsWhenTorchLoads(n))
+
+
+# Busy-wait iterations of an idle OpenMP worker before it sleeps. libgomp's default, 300,000 (several ms), keeps
+# torch's idle workers (and faiss's: it ships its own libgomp) spinning between a step's operations, on the cores
+# that the C kernels' threads (xmc/native) and the other library's pool then need: on 2 cores a bag-of-words step's
+# RowAdam update took twice as long (bench/openmp_spin.py times the training loops with either setting).
+OPENMP_SPIN_COUNT = 20000
+
+
+def short_openmp_spin() -> bool:
+    """Set ``GOMP_SPINCOUNT`` to :data:`OPENMP_SPIN_COUNT` for the OpenMP runtimes this process loads from now on
+    (libgomp reads it when it loads: torch's, faiss's, scikit-learn's), and for its child processes. A setting of
+    the user's (``GOMP_SPINCOUNT`` or ``OMP_WAIT_POLICY`` in the environment) is kept. True when it was set here."""
+    if "GOMP_SPINCOUNT" in os.environ or "OMP_WAIT_POLICY" in os.environ:
+        return False
+    os.environ["GOMP_SPINCOUNT"] = str(OPENMP_SPIN_COUNT)
+    return True
+
+
+class _ThreadsWhenTorchLoads:
+    """An import hook (``sys.meta_path``) that calls ``torch.set_num_threads`` right after torch is imported,
+    then removes itself. It finds torch with the other finders and only wraps the loader's ``exec_module``."""
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != "torch":
+            return None
+        sys.meta_path.remove(self)   # one shot, and no recursion in the lookup below
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenSetThreads(spec.loader, self.threads)
+        return spec
+
+
+class _ThenSetThreads:
+    def __init__(self, loader: Any, threads: int) -> None:
+        self.loader, self.threads = loader, threads
+
+    def create_module(self, spec: Any) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.loader.exec_module(module)
+        module.set_num_threads(self.threads)
+
+    def __getattr__(self, name: str) -> Any:   # anything else a loader offers (get_resource_reader, is_package...)
+        return getattr(self.loader, name)

@@ -34,12 +34,9 @@ def set_offline_env() -> None:
 MAX_PARAMS_BYTES = 4 << 20
 
 
-def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
-    """``params.yaml`` checked against :mod:`xmc.config.schema`: typed, ranges checked, defaults filled.
-
-    Every problem is reported, one line each: ``params.yaml:<line>: <key path>: <problem>``.
-    """
-    from xmc.config.schema import DuplicateKey, ParamsError, fast_yaml_loader, line_of, validate_params, yaml_key_lines
+def read_params_file(path: str | Path) -> tuple[Any, dict[tuple[str, ...], int]]:
+    """A params file parsed (YAML 1.2 booleans, as DVC reads it) with the line of every key; one-line errors."""
+    from xmc.yaml12 import DuplicateKey, fast_yaml_loader, yaml_key_lines
 
     p = Path(path)
     if not p.is_file():
@@ -51,8 +48,7 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     except UnicodeDecodeError as e:
         raise ConfigError(f"{p}: not UTF-8 text (byte {e.start})") from None
     try:
-        raw = yaml.load(text, Loader=fast_yaml_loader())
-        lines = yaml_key_lines(text)
+        return yaml.load(text, Loader=fast_yaml_loader()), yaml_key_lines(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{p}:{mark.line + 1}" if mark is not None else str(p)
@@ -62,19 +58,35 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
         raise ConfigError(f"{p}:{e.line}: {e}") from None
     except RecursionError:
         raise ConfigError(f"{p}: nested too deeply") from None
+
+
+def problems_error(path: str | Path, lines: dict[tuple[str, ...], int], problems: list) -> ConfigError:
+    """One line per problem: ``<file>:<line>: <key path>: <problem>``."""
+    from xmc.yaml12 import line_of
+
+    msgs = []
+    for loc, msg in problems:
+        line = line_of(lines, loc)
+        key = ".".join(str(x) for x in loc) or "(top level)"
+        msgs.append(f"{path}:{line}: {key}: {msg}" if line else f"{path}: {key}: {msg}")
+    return ConfigError("\n".join(msgs))
+
+
+def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
+    """The product's ``params.yaml`` checked (:func:`xmc.config.params.validate_params`): typed, ranges checked,
+    defaults filled, every run resolved against its method's defaults. Every problem is one line:
+    ``params.yaml:<line>: <key path>: <problem>``."""
+    from xmc.config.schema import ParamsError
+    from xmc.config.params import validate_params
+    from xmc.io import protect_inputs
+
+    raw, lines = read_params_file(path)
     try:
         params = validate_params(raw)
     except ParamsError as e:
-        msgs = []
-        for loc, msg in e.problems:
-            line = line_of(lines, loc)
-            key = ".".join(str(x) for x in loc) or "(top level)"
-            msgs.append(f"{p}:{line}: {key}: {msg}" if line else f"{p}: {key}: {msg}")
-        raise ConfigError("\n".join(msgs)) from None
+        raise problems_error(path, lines, e.problems) from None
     # no stage may write into, over or around its source data
-    from xmc.io import protect_inputs
-
-    graph = params["ramen"]["graph"]
+    graph = params["graph"]
     protect_inputs(params["data"]["dataset_dir"], graph["wordnet_dir"], graph["source_dir"])
     return params
 

@@ -69,11 +69,10 @@ class DataConfig(Section):
     layout: Literal["auto", "xc_raw", "jsonl"] = "auto"
     uid_separator: str | None = None
     text_fields: Annotated[list[str], Field(min_length=1)] = ["title", "content"]
-    processed_dir: str = "data/processed"
     validation: ValidationSplit = ValidationSplit()
     subsample: Subsample = Subsample()
 
-    @field_validator("dataset_dir", "processed_dir")
+    @field_validator("dataset_dir")
     @classmethod
     def _non_empty(cls, v: str) -> str:
         if not v.strip():
@@ -89,7 +88,6 @@ class DataConfig(Section):
 
 
 class ValidateConfig(Section):
-    report_dir: str = "reports/validation"
     max_text_chars: PosInt = 2000
     max_label_chars: PosInt = 4000
     head_min_freq: PosInt = 100
@@ -269,9 +267,9 @@ class TrainSection(Section):
     # row_adam_torch always takes the torch path; torch_sparse_adam is torch's SparseAdam (same rule)
     sparse_optimizer: Literal["row_adam", "row_adam_torch", "torch_sparse_adam"] = "row_adam"
     # the two Adam moments of those tables (row_adam, row_adam_torch): float32, or bf16 = stored in bfloat16 with
-    # stochastic rounding (half the optimiser's memory, fewer bytes moved per step; xmc/train/row_adam.py)
+    # stochastic rounding (half the optimiser's memory, fewer bytes moved per step; xmc/trainer/row_adam.py)
     sparse_moments: Literal["float32", "bf16"] = "float32"
-    # data-parallel ranks on this machine (torchrun; gloo on CPU, NCCL on GPUs; xmc.train.distributed)
+    # data-parallel ranks on this machine (torchrun; gloo on CPU, NCCL on GPUs; xmc.trainer.distributed)
     nproc_per_node: Annotated[int, Field(ge=1, le=1024)] = 1
     # with > 1 rank: each rank holds only its slice of a per-label classifier table (ASTRA's W, UniDEC's Ψ) and
     # its optimiser state; false = every rank holds the whole table
@@ -328,7 +326,6 @@ class WalkConfig(Section):
 
 class GraphConfig(Section):
     source_dir: str | None = None
-    out_dir: str = "data/graph"
     wordnet_dir: str | None = None
     wordnet: WordnetGraph = WordnetGraph()
     document: DocumentGraph = DocumentGraph()
@@ -362,15 +359,8 @@ class PruningConfig(Section):
 
 
 class RamenRunConfig(DualEncoderConfig):
-    graph_dir: str = "data/graph/augmented"
     regulariser: RegulariserConfig = RegulariserConfig()
     pruning: PruningConfig = PruningConfig()
-
-
-class RamenConfig(Section):
-    graph: GraphConfig = Field(default_factory=lambda: GraphConfig(wordnet=WordnetGraph(enabled=False)))
-    defaults: dict[str, Any] = {}
-    runs: dict[str, dict[str, Any] | None] = {}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -424,11 +414,6 @@ class UnidecRunConfig(Section):
         return self
 
 
-class MethodSection(Section):
-    defaults: dict[str, Any] = {}
-    runs: dict[str, dict[str, Any] | None] = {}
-
-
 # ------------------------------------------------------------------------------------------------
 # ASTRA
 class AstraModel(Section):
@@ -478,10 +463,6 @@ class AstraRunConfig(Section):
     model: AstraModel = AstraModel()
     negatives: AstraNegatives = AstraNegatives()
     train: TrainAtLeastOneEpoch = TrainAtLeastOneEpoch()
-
-
-class AstraConfig(MethodSection):
-    small: dict[str, Any] = {}   # a YAML anchor for the d = 256 ablation runs (checked where it is used)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -537,20 +518,16 @@ class FewshotRunConfig(Section):
     train: TrainAtLeastOneEpoch = TrainAtLeastOneEpoch()
 
 
-class FewshotConfig(MethodSection):
-    pass
-
-
-class MaclrConfig(MethodSection):
-    pairs_dir: str = "data/maclr_pairs"
-    pairs: MaclrPairs = MaclrPairs()
-    fewshot: FewshotConfig = FewshotConfig()
-
-
 # ------------------------------------------------------------------------------------------------
 # the rest
-class StMnrlConfig(Section):
-    budget_of: str = "dexml"
+class StMnrlRunConfig(Section):
+    """The peer's own key; the rest of its settings are the budget run's (``xmc.config.runs``)."""
+
+    budget_of: str
+
+
+class LabelPriorRunConfig(Section):
+    pass
 
 
 class PretrainedConfig(Section):
@@ -565,6 +542,11 @@ class LabelNamesConfig(Section):
     cased_names: bool = True   # names written with capitals match only that spelling (abbreviations: "He", "Sat")
 
 
+class NameMatchRunConfig(Section):
+    ranking: Literal["zero_shot", "prior"] = "zero_shot"
+    label_names: LabelNamesConfig = Field(default_factory=lambda: LabelNamesConfig())
+
+
 class ZeroShotFusionConfig(Section):
     """Grids of the zero-shot fusion (name-match score + matched_bonus + method_weight x method score)."""
 
@@ -577,7 +559,7 @@ class EnsembleFusionConfig(Section):
     """The ensemble hybrid: the member runs' top-k lists ∪ label-name matches under one fusion."""
 
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+_hybrid$")] = "ensemble_hybrid"   # its prediction name
-    members: list[str] = []            # runs of hybrid.runs fused together ([] = no ensemble stage output)
+    members: list[str] = []            # runs fused together ([] = no ensemble)
 
 
 class BoostedTreesFusionConfig(Section):
@@ -594,26 +576,20 @@ class BoostedTreesFusionConfig(Section):
 
 
 class HybridConfig(Section):
-    """Hybrid candidates (a run's top-k ∪ label-name matches) re-scored by a fusion fit on validation."""
+    """How a hybrid re-scores its candidates (a run's top-k ∪ the label-name matches), fit on validation."""
 
-    # <hybrid>: <base run> -> <hybrid>_hybrid fuses the base run's top-k (usually the run itself; a different base
-    # where the hybrid's own choice differs from its method's)
-    runs: dict[str, str] = {}
     fusion: Literal["boosted_trees", "logistic"] = "boosted_trees"
     boosted_trees: BoostedTreesFusionConfig = BoostedTreesFusionConfig()
     C: PosFloat = 1.0                 # inverse L2 strength of the logistic fusion
     cross_fit_folds: Annotated[int, Field(ge=2, le=20)] = 2   # validation folds (by document) for honest val metrics
-    zero_shot_runs: list[str] = []    # zero-shot methods fused without training data -> <run>_zs_hybrid
     zero_shot: ZeroShotFusionConfig = ZeroShotFusionConfig()
-    ensemble: EnsembleFusionConfig = EnsembleFusionConfig()
 
-    @field_validator("runs", mode="before")
-    @classmethod
-    def _runs(cls, v: Any) -> Any:
-        # a list would pass here and then break DVC's fuse@ stages, which iterate the mapping by key
-        if isinstance(v, list | tuple):
-            raise ValueError("must be a mapping <run>: <base run> (e.g. {astra: astra}), not a list")
-        return v
+
+class HybridEntry(Section):
+    """One hybrid: the run whose candidates it fuses, and how the fusion is fit."""
+
+    base: str
+    fusion: Literal["trained", "zero_shot"] = "trained"   # zero_shot: the weights are chosen without training data
 
 
 class XrLinearRunConfig(Section):
@@ -631,13 +607,6 @@ class XrLinearRunConfig(Section):
     post_processor: Literal["l3-hinge", "sigmoid", "noop", "l2-hinge", "log-sigmoid"] = "l3-hinge"
     seed: Seed = 0
     threads: Annotated[int, Field(ge=-1)] = -1   # -1: every core
-
-
-class XrLinearConfig(MethodSection):
-    """``defaults`` (an :class:`XrLinearRunConfig`) and ``runs``: the reported peer ``xr_linear`` and the selection
-    candidates, each the defaults with its overrides."""
-
-    runs: dict[str, dict[str, Any] | None] = {"xr_linear": {}}
 
 
 class IndexConfig(Section):
@@ -674,63 +643,8 @@ class IndexConfig(Section):
 
 class ReportConfig(Section):
     alpha: Annotated[float, Field(gt=0, lt=1)] = 0.05
-    seeds: dict[str, list[str]] = {}
     paired: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = []
-    paired_ablations: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = []
-    ablation_controls: dict[str, str] = {}        # ablation run -> the run it is compared with (paired deltas)
     training_families: dict[str, list[str]] = {}  # figure title -> runs whose training curves share a figure
-
-
-class SeedStudy(Section):
-    """A choice decided over training seeds: ``file`` is a validation-split JSON of ``bench.seed_study`` and
-    ``sides`` maps each candidate value to its side there (``default``: the run as params had it then)."""
-    file: str
-    sides: Annotated[dict[str, str], Field(min_length=2)]
-    part: Literal["run", "hybrid"] = "run"   # the figures compared: the runs' own, or their hybrids' (--hybrid)
-
-
-class SelectionChoice(Section):
-    OPTIONAL = frozenset({"note", "seed_study"})
-    method: str
-    knob: str
-    reference: str
-    default: str
-    # value -> the run that has it; null: a value no pipeline run has, shown by its seed study alone
-    candidates: Annotated[dict[str, str | None], Field(min_length=2)]
-    note: str | None = None
-    seed_study: SeedStudy | None = None
-
-    @model_validator(mode="after")
-    def _values(self) -> SelectionChoice:
-        for what in ("reference", "default"):
-            v = getattr(self, what)
-            if v not in self.candidates:
-                raise ValueError(f"{what} {v!r} is not one of the candidates {sorted(self.candidates)}")
-        if self.seed_study is not None:
-            unknown = sorted(set(self.seed_study.sides) - set(self.candidates))
-            if unknown:
-                raise ValueError(f"seed_study.sides {unknown} are not candidates {sorted(self.candidates)}")
-            if self.reference not in self.seed_study.sides:
-                raise ValueError(f"seed_study.sides must include the reference {self.reference!r}")
-        runless = sorted(v for v, run in self.candidates.items() if run is None)
-        if runless and (self.seed_study is None or set(runless) - set(self.seed_study.sides)):
-            raise ValueError(f"candidates {runless} have no run: only a seed study's side can be decided without one")
-        if self.candidates.get(self.default) is None:
-            raise ValueError(f"the default {self.default!r} needs a run")
-        return self
-
-
-class SelectionConfig(Section):
-    metric: str = "P@5"
-    alpha: Annotated[float, Field(gt=0, lt=1)] = 0.05
-    choices: dict[str, SelectionChoice] = {}
-
-    @field_validator("metric")
-    @classmethod
-    def _metric(cls, v: str) -> str:
-        if not METRIC_RE.match(v):
-            raise ValueError(f"must look like P@5, nDCG@5, PSP@5, PSnDCG@5 or R@100 (got {v!r})")
-        return v
 
 
 class OrchestrationConfig(Section):
@@ -782,52 +696,29 @@ class EncodeCacheConfig(Section):
 
 
 class ParamsConfig(Section):
+    """The product's ``params.yaml``. ``runs`` map a name to a method and its overrides (checked against the
+    method's run schema by :mod:`xmc.config.runs`); ``hybrids`` and ``ensemble`` fuse runs with the label names."""
+
     data: DataConfig
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
     tfidf: TfidfConfig = TfidfConfig()
-    tfidf_knn: TfidfKnnConfig = TfidfKnnConfig()
-    tfidf_zeroshot: TfidfZeroShotConfig = TfidfZeroShotConfig()
-    evaluate: EvaluateConfig = EvaluateConfig()
-    dual_encoder: DualEncoderConfig = DualEncoderConfig()
-    bow_encoder: dict[str, Any] | None = None   # a YAML anchor: a run override (checked like a run)
+    label_names: LabelNamesConfig = LabelNamesConfig()
+    maclr_pairs: MaclrPairs = MaclrPairs()
+    graph: GraphConfig = Field(default_factory=lambda: GraphConfig(wordnet=WordnetGraph(enabled=False)))
     runs: dict[str, dict[str, Any] | None] = {}
-    st_mnrl: StMnrlConfig = StMnrlConfig()
-    pretrained: dict[str, PretrainedConfig] = {}
+    hybrids: dict[str, HybridEntry] = {}
+    ensemble: EnsembleFusionConfig = EnsembleFusionConfig()
+    hybrid: HybridConfig = HybridConfig()
+    xr_linear: XrLinearRunConfig | None = None   # the linear peer (PECOS XR-Linear, own environment); null = none
+    evaluate: EvaluateConfig = EvaluateConfig()
     index: IndexConfig = IndexConfig()
     encode_cache: EncodeCacheConfig = EncodeCacheConfig()
-    xr_linear: XrLinearConfig = XrLinearConfig()
-    label_names: LabelNamesConfig = LabelNamesConfig()
-    hybrid: HybridConfig = HybridConfig()
-    maclr: MaclrConfig = MaclrConfig()
-    ramen: RamenConfig = RamenConfig()
-    unidec: MethodSection = MethodSection()
-    astra: AstraConfig = AstraConfig()
-    predictions: dict[str, str] = {}
-    unidec_predictions: dict[str, str] = {}
-    xr_linear_predictions: dict[str, str] = {}   # XR-Linear run -> the splits its predict_xr_linear stage writes
-    methods: list[str] = []
-    reported: list[str] = []
-    validated: list[str] = []
-    seed_runs: list[str] = []         # extra-seed runs evaluated by evaluate_seed (make seeds), not by make run
     report: ReportConfig = ReportConfig()
-    selection: SelectionConfig = SelectionConfig()
-    ablations: list[str] = []
     orchestration: OrchestrationConfig = OrchestrationConfig()
-    packages: list[str] = []          # predictions (runs or variants) packaged by the package stage
     registry: RegistryConfig = RegistryConfig()
     serve: ServeConfig = ServeConfig()
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    @field_validator("predictions", "unidec_predictions", "xr_linear_predictions")
-    @classmethod
-    def _splits(cls, v: dict[str, str]) -> dict[str, str]:
-        for run, splits in v.items():
-            words = str(splits).split()
-            bad = [w for w in words if w not in SPLIT_WORDS]
-            if not words or bad or len(set(words)) != len(words):
-                raise ValueError(f"{run}: {splits!r} must be 'val', 'tst' or 'val tst'")
-        return v
 
 
 # ------------------------------------------------------------------------------------------------
@@ -903,278 +794,3 @@ def filled(model: type[BaseModel], cfg: dict[str, Any] | None, where: str = "") 
         prefix = f"{where}." if where else ""
         raise ConfigError("; ".join(f"{prefix}{'.'.join(map(str, loc))}: {msg}" for loc, msg in errs))
     return validated.model_dump()
-
-
-def _coerce_override(override: Any, full: Any) -> Any:
-    """The override's own keys with the merged, coerced values (partial overrides stay partial)."""
-    if isinstance(override, dict) and isinstance(full, dict):
-        return {k: _coerce_override(v, full.get(k)) for k, v in override.items()}
-    return full
-
-
-def _override_path(override: Any, loc: tuple[Any, ...]) -> bool:
-    node = override
-    for part in loc:
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
-def _check_runs(model: type[BaseModel], base: dict[str, Any], runs: dict[str, Any], runs_path: tuple[str, ...],
-                base_path: tuple[str, ...], problems: list) -> dict[str, Any]:
-    out = {}
-    for name, override in runs.items():
-        merged = deep_merge(base, override or {})
-        validated, errs = _check(model, merged, ())
-        for loc, msg in errs:
-            # a problem in a key the run sets is the run's; otherwise it comes from the defaults
-            where = runs_path + (name,) if _override_path(override, loc) else base_path
-            problems.append((where + loc, msg))
-        out[name] = _coerce_override(override or {}, validated.model_dump()) if validated else override
-    return out
-
-
-def validate_params(raw: Any) -> dict[str, Any]:
-    """``params.yaml`` (parsed) -> the same tree, typed and with defaults filled; :class:`ParamsError` if not."""
-    if not isinstance(raw, dict):
-        raise ParamsError([((), "the file must be a mapping of sections (data:, dual_encoder:, ...)")])
-    top, problems = _check(ParamsConfig, raw, ())
-    if top is None:
-        raise ParamsError(problems)
-    p = top.model_dump(by_alias=True)
-    de = p["dual_encoder"]
-    p["runs"] = _check_runs(DualEncoderConfig, de, p["runs"], ("runs",), ("dual_encoder",), problems)
-    if p["bow_encoder"] is not None:
-        _check_runs(DualEncoderConfig, de, {"bow_encoder": p["bow_encoder"]}, (), ("dual_encoder",), problems)
-    # method sections: defaults are typed against the run model, each run merged onto them
-    ramen_base = deep_merge(de, p["ramen"]["defaults"])
-    ramen_defaults, errs = _check(RamenRunConfig, ramen_base, ())
-    problems += [(("ramen", "defaults") + loc, m) for loc, m in errs]
-    if ramen_defaults is not None:
-        ramen_filled = ramen_defaults.model_dump()
-        p["ramen"]["defaults"] = ramen_filled
-        p["ramen"]["runs"] = _check_runs(RamenRunConfig, ramen_filled, p["ramen"]["runs"], ("ramen", "runs"),
-                                         ("ramen", "defaults"), problems)
-    for section, model in (("unidec", UnidecRunConfig), ("astra", AstraRunConfig), ("xr_linear", XrLinearRunConfig)):
-        d, errs = _check(model, p[section]["defaults"], ())
-        problems += [((section, "defaults") + loc, m) for loc, m in errs]
-        if d is not None:
-            p[section]["defaults"] = d.model_dump()
-            p[section]["runs"] = _check_runs(model, p[section]["defaults"], p[section]["runs"], (section, "runs"),
-                                             (section, "defaults"), problems)
-    d, errs = _check(MaclrRunConfig, p["maclr"]["defaults"], ())
-    problems += [(("maclr", "defaults") + loc, m) for loc, m in errs]
-    if d is not None:
-        p["maclr"]["defaults"] = d.model_dump()
-        p["maclr"]["runs"] = _check_runs(MaclrRunConfig, p["maclr"]["defaults"], p["maclr"]["runs"],
-                                         ("maclr", "runs"), ("maclr", "defaults"), problems)
-        mined = {"tfidf": "tfidf_k", "label_names": "names_k"}
-        base2 = p["maclr"]["defaults"]["stage2"]
-        for where, s2 in [(("maclr", "defaults"), base2)] + [
-                (("maclr", "runs", name), deep_merge(base2, (r or {}).get("stage2") or {}))
-                for name, r in (p["maclr"]["runs"] or {}).items()]:
-            if where[1] == "runs" and all(s2[k] == base2[k] for k in ("sparse", "sparse_view", "sparse_k")):
-                continue  # as the defaults: reported there once
-            key = mined[s2["sparse_view"]]
-            if s2["sparse"] and s2["sparse_k"] > p["maclr"]["pairs"][key]:
-                problems.append(((*where, "stage2", "sparse_k"),
-                                 f"{s2['sparse_k']} exceeds maclr.pairs.{key} ({p['maclr']['pairs'][key]}): "
-                                 f"only that many {s2['sparse_view']} labels are mined per instance"))
-    fs = p["maclr"]["fewshot"]
-    d, errs = _check(FewshotRunConfig, fs["defaults"], ())
-    problems += [(("maclr", "fewshot", "defaults") + loc, m) for loc, m in errs]
-    if d is not None:
-        fs["defaults"] = d.model_dump()
-        fs["runs"] = _check_runs(FewshotRunConfig, fs["defaults"], fs["runs"], ("maclr", "fewshot", "runs"),
-                                 ("maclr", "fewshot", "defaults"), problems)
-        for name, run in fs["runs"].items():
-            if not deep_merge(fs["defaults"], run).get("init"):
-                problems.append((("maclr", "fewshot", "runs", name, "init"),
-                                 "required: the encoder folder the run starts from (models/<run>)"))
-    problems += _cross_references(p)
-    if problems:
-        raise ParamsError(problems)
-    return p
-
-
-def predicted_splits(p: dict[str, Any], run: str) -> tuple[str, ...]:
-    """The splits a run's prediction stage writes (params ``predictions`` / ``unidec_predictions``; a UniDEC space
-    follows its run; a run listed in neither, e.g. a baseline, predicts both): a selection candidate has only val."""
-    return tuple(str(p["predictions"].get(run) or p["unidec_predictions"].get(
-        run.removesuffix("_de_only").removesuffix("_clf_only")) or (p.get("xr_linear_predictions") or {}).get(run)
-        or "val tst").split())
-
-
-def _cross_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
-    """Names that point at runs. A prediction stage, ``st_mnrl.budget_of`` and a main-report method must name
-    a run defined in the file. The other lists (reported, validated, seed_runs, ablations, report.paired/seeds, selection
-    candidates) may name runs that a narrowed experiment removed (the report and the selection skip what was not
-    evaluated), so there only a near miss of a defined run is an error: a typo would silently drop a row."""
-    out: list[tuple[tuple[Any, ...], str]] = []
-    if not p["predictions"] and not p["unidec_predictions"]:
-        return out  # a params file without prediction stages (a library or test setup): nothing to cross-check
-    unidec = set(p["unidec"]["runs"])
-    defined = (set(p["runs"]) | set(p["maclr"]["runs"]) | set(p["maclr"]["fewshot"]["runs"]) | set(p["pretrained"])
-               | set(p["ramen"]["runs"]) | set(p["astra"]["runs"]) | set(p["xr_linear"]["runs"])
-               | {"st_mnrl", "label_prior", "tfidf_zeroshot", "tfidf_knn"}
-               | {f"{r}{s}" for r in unidec for s in ("", "_de_only", "_clf_only")} | {"name_match", "name_match_prior", "name_match_uncased"})
-    for name, run in p["hybrid"]["runs"].items():
-        if name not in defined:
-            out.append((("hybrid", "runs", name), f"{name!r} is not a run of any method"))
-        elif run not in defined:
-            out.append((("hybrid", "runs", name), f"base {run!r} is not a run of any method"))
-        elif "tst" not in predicted_splits(p, run):
-            out.append((("hybrid", "runs", name), f"{run!r} must predict both val and tst (params predictions)"))
-    for i, run in enumerate(p["hybrid"]["zero_shot_runs"]):
-        if run not in defined:
-            out.append((("hybrid", "zero_shot_runs", i), f"{run!r} is not a run of any method"))
-    ens = p["hybrid"]["ensemble"]
-    for i, run in enumerate(ens["members"]):
-        # a member needs an index (a package predictor) and val and tst predictions. Like the report lists, a member
-        # that a narrowed experiment removed is no error here, only a near miss of a defined run (a typo); the
-        # fuse_ensemble stage says what is missing if it is run
-        if run in p["xr_linear"]["runs"]:
-            out.append((("hybrid", "ensemble", "members", i), f"{run!r} has no predictor (a peer in its own "
-                                                             "environment)"))
-        elif run not in defined:
-            close = difflib.get_close_matches(str(run), sorted(defined), n=1, cutoff=0.8)
-            if close:
-                out.append((("hybrid", "ensemble", "members", i), f"{run!r} is not a run of any method (did you mean "
-                                                                 f"{close[0]!r}?)"))
-        elif "tst" not in predicted_splits(p, run):
-            out.append((("hybrid", "ensemble", "members", i), f"{run!r} must predict both val and tst (params predictions)"))
-    if ens["members"] and (len(ens["members"]) < 2 or len(set(ens["members"])) != len(ens["members"])):
-        out.append((("hybrid", "ensemble", "members"), "an ensemble fuses two or more distinct runs"))
-    defined = defined | {f"{r}_hybrid" for r in p["hybrid"]["runs"]} | {f"{r}_zs_hybrid" for r in p["hybrid"]["zero_shot_runs"]}
-    if ens["members"]:
-        if ens["name"] in defined:
-            out.append((("hybrid", "ensemble", "name"), f"{ens['name']!r} is already the name of another prediction"))
-        defined = defined | {ens["name"]}
-
-    def check(path: tuple[Any, ...], name: Any, strict: bool, pool: set[str] = defined,
-              what: str = "not a run of any method") -> None:
-        if name in pool:
-            return
-        # the hybrid of a defined run is a name a narrowed experiment removed (its run left hybrid.runs), not a
-        # typo, however close it is to another run's name (dexml_bow_hybrid and dexml_bow_wide)
-        if not strict and pool is defined and any(str(name) == f"{r}{s}" for r in pool for s in ("_hybrid", "_zs_hybrid")):
-            return
-        close = difflib.get_close_matches(str(name), sorted(pool), n=1, cutoff=0.6 if strict else 0.8)
-        if strict or close:
-            out.append((path, f"{name!r} is {what}" + (f" (did you mean {close[0]!r}?)" if close else "")))
-
-    from xmc.methods.runs import duplicate_runs
-
-    for name, where in duplicate_runs(p):
-        out.append(((*where[-1].split("."),), f"run {name!r} is defined more than once ({', '.join(where)}): "
-                                              "a run name must say which run it is"))
-    if "st_mnrl" in p["predictions"]:
-        check(("st_mnrl", "budget_of"), p["st_mnrl"]["budget_of"], True, set(p["runs"]), "not a run under runs")
-    for run in p["predictions"]:
-        check(("predictions", run), run, True)
-    for run in p["unidec_predictions"]:
-        check(("unidec_predictions", run), run, True, unidec, "not a run under unidec.runs")
-        if run in p["predictions"]:   # two stages would write indexes/<run> and predictions/<run>
-            out.append((("unidec_predictions", run), f"{run!r} is also under predictions: list a UniDEC run under "
-                                                     "one of them (unidec_predictions: every space; predictions: "
-                                                     "its main space only)"))
-    for run in p["xr_linear_predictions"]:
-        check(("xr_linear_predictions", run), run, True, set(p["xr_linear"]["runs"]), "not a run under xr_linear.runs")
-    for i, name in enumerate(p["methods"]):
-        check(("methods", i), name, True)
-    for name in p["packages"]:
-        check(("packages", name), name, True, set(p["reported"]) & set(p["validated"]),
-              "not both reported and validated (its manifest carries both metrics)")
-    for i, name in enumerate(p["registry"]["promote"]):
-        check(("registry", "promote", i), name, True, set(p["packages"]), "not a package under packages")
-    for lst in ("reported", "validated", "ablations"):
-        for i, name in enumerate(p[lst]):
-            check((lst, i), name, False)
-    for key in ("paired", "paired_ablations"):
-        for i, pair in enumerate(p["report"][key]):
-            for name in pair:
-                check(("report", key, i), name, False)
-    for i, name in enumerate(p["seed_runs"]):
-        check(("seed_runs", i), name, False)
-    for base, others in p["report"]["seeds"].items():
-        for name in [base, *others]:
-            check(("report", "seeds", base), name, False)
-        for name in others:
-            if name in defined and name not in p["seed_runs"]:  # (a near miss is reported above)
-                out.append((("report", "seeds", base), f"{name!r} is not in seed_runs (the runs evaluate_seed evaluates)"))
-    for cname, choice in p["selection"]["choices"].items():
-        for value, run in choice["candidates"].items():
-            if run is not None:
-                check(("selection", "choices", cname, "candidates", value), run, False)
-    return out
-
-
-# ------------------------------------------------------------------------------------------------
-# where a key path is in the YAML file (for ``params.yaml:<line>:`` in the error)
-@functools.lru_cache(maxsize=1)
-def fast_yaml_loader() -> type:
-    """PyYAML's libyaml-backed safe loader where the wheel has it (about 10x faster: every stage reads params.yaml
-    and the pipeline files at start-up), else the pure-Python one; both build the same documents and nodes.
-
-    Booleans are YAML 1.2's (true/false), as DVC reads params.yaml: PyYAML's YAML 1.1 also takes on/off/yes/no,
-    and ``dvc exp run -S`` rewrites the whole file with those strings unquoted (``reference: on``), which would then
-    come back as booleans here and fail the schema (a selection choice's "on"/"off")."""
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    bool_tag = "tag:yaml.org,2002:bool"
-    loader = type("Yaml12BoolLoader", (base,), {"yaml_implicit_resolvers": {
-        first: [(tag, rx) for tag, rx in resolvers if tag != bool_tag]
-        for first, resolvers in base.yaml_implicit_resolvers.items()}})
-    loader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
-    return loader
-
-
-def yaml_key_lines(text: str) -> dict[tuple[str, ...], int]:
-    """Key path -> 1-based line of its key, following ``<<: *anchor`` merges; raises on duplicate keys."""
-    import yaml
-
-    root = yaml.compose(text, Loader=fast_yaml_loader())
-    lines: dict[tuple[str, ...], int] = {}
-
-    def walk(node: Any, path: tuple[str, ...], depth: int = 0) -> None:
-        if depth > 64:
-            return
-        if isinstance(node, yaml.MappingNode):
-            seen: dict[str, int] = {}
-            merged: list[Any] = []
-            for k, v in node.value:
-                key = str(k.value)
-                if key == "<<":
-                    merged.extend(v.value if isinstance(v, yaml.SequenceNode) else [v])
-                    continue
-                if key in seen:
-                    raise DuplicateKey(path + (key,), k.start_mark.line + 1, seen[key])
-                seen[key] = k.start_mark.line + 1
-                lines.setdefault(path + (key,), k.start_mark.line + 1)
-                walk(v, path + (key,), depth + 1)
-            for m in merged:   # keys that come from an anchor point at the anchor's lines
-                walk(m, path, depth + 1)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, v in enumerate(node.value):
-                lines.setdefault(path + (str(i),), v.start_mark.line + 1)
-                walk(v, path + (str(i),), depth + 1)
-
-    walk(root, ())
-    return lines
-
-
-class DuplicateKey(Exception):
-    def __init__(self, path: tuple[str, ...], line: int, first: int) -> None:
-        self.path, self.line, self.first = path, line, first
-        super().__init__(f"{'.'.join(path)}: duplicate key (first at line {first})")
-
-
-def line_of(lines: dict[tuple[str, ...], int], path: tuple[Any, ...]) -> int | None:
-    """The line of the longest prefix of ``path`` found in the file (a missing key: its parent's line)."""
-    parts = tuple(str(p) for p in path)
-    for n in range(len(parts), 0, -1):
-        if parts[:n] in lines:
-            return lines[parts[:n]]
-    return None

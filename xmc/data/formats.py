@@ -227,15 +227,22 @@ def detect_layout(d: str | Path) -> str:
     d = Path(d)
     if not d.is_dir():
         raise DataFormatError(d, None, "dataset directory not found")
-    if all(_first_existing(d, TEXT_NAMES[s]) for s in ("trn", "tst", "lbl")) and (d / "trn_X_Y.txt").exists():
+    if all(_first_existing(d, TEXT_NAMES[s]) for s in ("trn", "lbl")) and (d / "trn_X_Y.txt").exists():
         return "xc_raw"
-    if all(_first_existing(d, JSON_NAMES[s]) for s in ("trn", "tst", "lbl")):
+    if all(_first_existing(d, JSON_NAMES[s]) for s in ("trn", "lbl")):
         return "jsonl"
+    if any(_first_existing(d, TEXT_NAMES[s]) for s in ("trn", "lbl")) and not (d / "trn_X_Y.txt").exists():
+        raise DataFormatError(d / "trn_X_Y.txt", None, "missing: the training labels (a dataset needs them)")
     raise DataFormatError(
         d, None,
-        "no known layout: expected trn.raw.txt|trn_X.txt, tst.raw.txt|tst_X.txt, lbl.raw.txt|Y.txt and "
-        "trn_X_Y.txt/tst_X_Y.txt (XC raw), or trn.json[.gz]/tst.json[.gz]/lbl.json[.gz] (JSON lines)",
+        "no known layout: expected trn.raw.txt|trn_X.txt, lbl.raw.txt|Y.txt and trn_X_Y.txt, optionally "
+        "tst.raw.txt + tst_X_Y.txt (XC raw), or trn.json[.gz] and lbl.json[.gz], optionally tst.json[.gz] (JSON lines)",
     )
+
+
+def _empty_split(n_labels: int) -> Split:
+    """The test split of a dataset that ships none: nothing to report on, the rest runs."""
+    return Split(uids=[], texts=[], Y=sp.csr_matrix((0, n_labels), dtype=np.float32))
 
 
 def _read_sidecar(path: Path, texts: list[str]) -> tuple[list[str], list[str | None]] | None:
@@ -261,7 +268,7 @@ def load_xc_raw(d: Path, uid_separator: str | None = None) -> XMCDataset:
     label_uids, label_texts = read_text_lines(lbl_path, uid_separator)
     L = len(label_texts)
     splits = {}
-    names = ["trn", "tst"] + (["val"] if _first_existing(d, TEXT_NAMES["val"]) else [])
+    names = ["trn"] + [s for s in ("tst", "val") if _first_existing(d, TEXT_NAMES[s])]
     for name in names:
         text_path = _first_existing(d, TEXT_NAMES[name])
         uids, texts = read_text_lines(text_path, uid_separator)
@@ -274,8 +281,10 @@ def load_xc_raw(d: Path, uid_separator: str | None = None) -> XMCDataset:
         if side is not None:
             uids, groups = side
         splits[name] = Split(uids=uids, texts=texts, Y=Y, groups=groups)
+    if "tst" not in splits:
+        splits["tst"] = _empty_split(L)
     filt_path = d / "filter_labels_test.txt"
-    filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() else None
+    filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() and len(splits["tst"]) else None
     return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt,
                       meta={"layout": "xc_raw", "source": str(d)}, val=splits.get("val"))
 
@@ -304,7 +313,7 @@ def load_jsonl(d: Path, text_fields: list[str]) -> XMCDataset:
         label_texts.append(_record_text(lbl_path, n, rec, text_fields))
     L = len(label_texts)
     splits = {}
-    names = ["trn", "tst"] + (["val"] if _first_existing(d, JSON_NAMES["val"]) else [])
+    names = ["trn"] + [s for s in ("tst", "val") if _first_existing(d, JSON_NAMES[s])]
     for name in names:
         path = _first_existing(d, JSON_NAMES[name])
         uids, texts, groups, indptr, indices = [], [], [], [0], []
@@ -325,8 +334,10 @@ def load_jsonl(d: Path, text_fields: list[str]) -> XMCDataset:
         Y = sp.csr_matrix((np.ones(len(indices), np.float32), np.asarray(indices, np.int32), np.asarray(indptr, np.int64)),
                           shape=(len(texts), L))
         splits[name] = Split(uids, texts, Y, None if all(g is None for g in groups) else groups)
+    if "tst" not in splits:
+        splits["tst"] = _empty_split(L)
     filt_path = d / "filter_labels_test.txt"
-    filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() else None
+    filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() and len(splits["tst"]) else None
     return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt,
                       meta={"layout": "jsonl", "source": str(d), "text_fields": text_fields}, val=splits.get("val"))
 

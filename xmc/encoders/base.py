@@ -75,7 +75,7 @@ class TextEncoder(nn.Module):
         """Embeddings as float32 numpy, in eval mode (no dropout), batched; written into ``out`` when given (any
         float dtype, e.g. a float16 memory-mapped file for 10^6 labels: no whole float32 copy is made)."""
         from xmc.encoders import cache as encode_cache
-        from xmc.train.distributed import initialised_context
+        from xmc.parallel import initialised_context
 
         store, key = encode_cache.active(), None
         # not under data parallelism: a rank that hits while another misses would skip the misser's gathers
@@ -136,8 +136,9 @@ def build_encoder(cfg: dict[str, Any] | None) -> TextEncoder:
     return enc
 
 
-def load_encoder(path: str | Path) -> TextEncoder:
-    """Load an encoder saved by ``TextEncoder.save`` (reads ``xmc_encoder.json``)."""
+def load_encoder(path: str | Path, trainable: bool = False) -> TextEncoder:
+    """Load an encoder saved by ``TextEncoder.save`` (reads ``xmc_encoder.json``). ``trainable``: to train it further
+    (a bag-of-words encoder is stored for prediction, its untouched rows rebuilt for training)."""
     from xmc.encoders.bow import HashedBagOfWordsEncoder
     from xmc.encoders.transformer import TransformerEncoder
 
@@ -151,7 +152,7 @@ def load_encoder(path: str | Path) -> TextEncoder:
     kind = cfg.get("kind") if isinstance(cfg, dict) else None
     if kind not in ("transformer", "bow"):
         raise ConfigError(f"{cfg_path}: unknown encoder kind {kind!r} (expected transformer or bow)")
-    enc = {"transformer": TransformerEncoder, "bow": HashedBagOfWordsEncoder}[kind].load(path)
+    enc = TransformerEncoder.load(path) if kind == "transformer" else HashedBagOfWordsEncoder.load(path, trainable=trainable)
     view = cfg["label_text"] if "label_text" in cfg else "full"   # folders saved before the knob: the full text
     try:
         return enc.set_label_text(view)

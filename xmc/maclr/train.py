@@ -1,4 +1,4 @@
-"""MACLR training through the shared :class:`xmc.train.Trainer`: Stage I, Stage II, few-shot.
+"""MACLR training through the shared :class:`xmc.trainer.Trainer`: Stage I, Stage II, few-shot.
 
 Stage I is a sampler (:class:`ICTClusterSampler`: ICT pairs, cluster ids from the schedule,
 M random real labels per step) plus an objective (:class:`MACLRObjective`: Eq. 2 + Eq. 3).
@@ -25,12 +25,12 @@ from xmc.maclr.clustering import ClusterSchedule, kmeans_assign
 from xmc.maclr.losses import label_regularisation_loss, supcon_loss
 from xmc.errors import ConfigError
 from xmc.maclr.pseudo import ICTPair, PseudoPairs, agreed_pairs, dense_topk, topk_to_csr, union_pairs
-from xmc.models import DualEncoderModel
+from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import build_sampler
 from xmc.negatives.base import CandidateBatch, NegativeSampler
-from xmc.train import Trainer, TrainConfig
-from xmc.train.live import TrainingLog
-from xmc.train.objective import Objective
+from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.live import TrainingLog
+from xmc.trainer.objective import Objective
 
 log = logging.getLogger(__name__)
 

@@ -1,13 +1,16 @@
 """Methods as compositions of shared parts (encoder, sampler, loss, trainer, index).
 
 Every method implements :class:`~xmc.methods.base.Method` once; :func:`get_method` returns it by the name
-the run lookup (:mod:`xmc.methods.runs`) gives. Imports are lazy: looking a run up needs no torch.
+a run's ``method`` names (:mod:`xmc.config.runs`). Classes are imported when asked for: a stage imports the one
+method it trains, not all of them.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+from xmc.errors import ConfigError
 
 if TYPE_CHECKING:
     from xmc.methods.base import Method
@@ -25,13 +28,11 @@ METHODS: dict[str, str] = {
     "label_prior": "xmc.methods.peers:LabelPriorMethod",
     "tfidf_zeroshot": "xmc.methods.peers:TfidfZeroShotMethod",
     "tfidf_knn": "xmc.methods.peers:TfidfKNNMethod",
-    "label_names": "xmc.methods.peers:LabelNameMethod",
+    "name_match": "xmc.methods.peers:NameMatchMethod",
 }
 
 
 def get_method(name: str) -> Method:
-    from xmc.errors import ConfigError
-
     if name not in METHODS:
         raise ConfigError(f"unknown method {name!r} (have: {', '.join(METHODS)})")
     module, cls = METHODS[name].split(":")

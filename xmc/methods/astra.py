@@ -36,15 +36,15 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmc.data.columns import take_texts
-from xmc.encoders import TextEncoder, load_encoder
+from xmc.encoders import TextEncoder
 from xmc.errors import ConfigError
-from xmc.io import load_tensors
 from xmc.negatives.base import CandidateBatch, NegativeSampler
 from xmc.negatives.samplers import mining_index
 from xmc.methods.base import TrainerMethod, TrainingParts
-from xmc.train.candidate_scores import candidate_scores
-from xmc.train.label_table import LabelTable, merge_topk
-from xmc.train.objective import Objective
+from xmc.models import astra as astra_files
+from xmc.trainer.candidate_scores import candidate_scores
+from xmc.trainer.label_table import LabelTable, merge_topk
+from xmc.trainer.objective import Objective
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class ASTRAModel(nn.Module):
         self.dim = int(encoder.dim)
         # column d is the bias: it lets the model push every negative logit down at once, which the
         # full one-vs-all loss (L - |P| negatives per query) asks for from the first step.
-        # shard_labels: under torchrun each rank holds its slice of the rows (xmc.train.label_table)
+        # shard_labels: under torchrun each rank holds its slice of the rows (xmc.trainer.label_table)
         self.W = LabelTable(self.n_labels, self.dim + 1, shard=shard_labels, init_std=self.dim**-0.5)
         with torch.no_grad():
             self.W.weight[:, -1] = bias_init
@@ -90,7 +90,7 @@ class ASTRAModel(nn.Module):
         label-sharded table each rank scores the rows it holds and the blocks are summed across ranks."""
         if self.W.sharded:
             return self.W.scores(q, label_ids.to(self.W.weight.device))
-        if label_ids.dim() == 2:   # a list per query: no B x C x d gradient block (xmc.train.candidate_scores)
+        if label_ids.dim() == 2:   # a list per query: no B x C x d gradient block (xmc.trainer.candidate_scores)
             return candidate_scores(q, self.W.weight, label_ids)
         return q @ self.classifiers(label_ids).T
 
@@ -150,20 +150,16 @@ class ASTRAModel(nn.Module):
             return
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.encoder.save(path / "encoder")
-        torch.save({"W": W}, path / "astra_classifiers.pt")
-        (path / "astra.json").write_text(json.dumps({"dim": self.dim, "n_labels": self.n_labels}, indent=2))
+        self.encoder.save(path / astra_files.ENCODER)
+        torch.save({"W": W}, path / astra_files.CLASSIFIERS)
+        (path / astra_files.DESCRIPTION).write_text(json.dumps({"dim": self.dim, "n_labels": self.n_labels}, indent=2))
 
     @classmethod
     def load(cls, path: str | Path, label_texts: Sequence[str]) -> ASTRAModel:
-        path = Path(path)
-        if not (path / "astra.json").exists():
-            raise ConfigError(f"{path / 'astra.json'}: not a saved ASTRA model")
-        cfg = json.loads((path / "astra.json").read_text())
-        if cfg["n_labels"] != len(label_texts):
-            raise ConfigError(f"{path}: model has {cfg['n_labels']} labels, the data {len(label_texts)}")
-        model = cls(load_encoder(path / "encoder"), label_texts)
-        model.W.weight.data.copy_(load_tensors(path / "astra_classifiers.pt")["W"])
+        """The layout :func:`xmc.models.astra.load_astra` reads, as a trainable model."""
+        encoder, W = astra_files.load_astra(path, len(label_texts))
+        model = cls(encoder, label_texts)
+        model.W.weight.data.copy_(torch.from_numpy(W))
         return model.eval()
 
 
@@ -275,7 +271,7 @@ class ASTRANegatives(NegativeSampler):
     def _query_buffer_path(self) -> Path | None:
         if self.work_dir is None:
             return None
-        from xmc.train.distributed import context
+        from xmc.trainer.distributed import context
 
         ctx = context()
         return self.work_dir / f"query_buffer{f'.rank{ctx.rank}' if ctx.active else ''}.npy"
@@ -303,7 +299,7 @@ class ASTRANegatives(NegativeSampler):
         return np.lib.format.open_memmap(self._shortlist_path(epoch), mode="w+", dtype=np.int32, shape=shape)
 
     def _shortlist_path(self, epoch: int) -> Path:
-        from xmc.train.distributed import context
+        from xmc.trainer.distributed import context
 
         ctx = context()   # the ranks of a data-parallel run share work_dir: one file each
         return self.work_dir / f"shortlist_epoch{epoch}{f'.rank{ctx.rank}' if ctx.active else ''}.npy"
@@ -366,7 +362,7 @@ class ASTRANegatives(NegativeSampler):
         if "partial" in result:   # the sharded index's merge: every rank gets the global top-k
             t0 = time.perf_counter()
             rows, D, ids = result.pop("partial")
-            from xmc.train.distributed import context
+            from xmc.trainer.distributed import context
 
             _, ids = merge_topk(D, ids, ids.shape[1], self._shard_ctx or context())   # (or resumed from a checkpoint)
             result["shortlist"] = self._fill(epoch, rows, ids)

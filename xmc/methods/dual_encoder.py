@@ -20,7 +20,7 @@ class DEXMLMethod(TrainerMethod):
     def build(self, ctx: RunContext, ds: Any) -> TrainingParts:
         from xmc.encoders import build_encoder
         from xmc.losses import build_loss
-        from xmc.models import DualEncoderModel
+        from xmc.models.dual_encoder import DualEncoderModel
         from xmc.negatives import build_sampler
 
         cfg = ctx.config

@@ -1,7 +1,7 @@
 """MACLR as methods: zero-shot pre-training (Stage I + Stage II) from raw text, and few-shot fine-tuning.
 
 Both save a plain encoder folder that the ``dense`` predictor serves. The zero-shot method reads only the
-pseudo-pairs folder (texts, ICT pairs, TF-IDF top-k; ``maclr.pairs_dir``): no ground-truth pair can reach it.
+pseudo-pairs folder (texts, ICT pairs, TF-IDF top-k, label-name matches; ``data/maclr_pairs``): no ground-truth pair can reach it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from xmc.encoders import build_encoder, load_encoder
+from xmc.maclr.pseudo import PseudoPairs
+from xmc.maclr.train import fewshot_labels, restrict_columns, stage2_pseudo_matrix, train_pairs, train_stage1
 from xmc.methods.base import Method, RunContext
 
 
@@ -18,14 +21,11 @@ class MACLRMethod(Method):
 
     name = "maclr"
     train_splits = ()   # the pseudo pairs only
+    features = ("maclr_pairs",)
 
     def train(self, ctx: RunContext, data: Any) -> dict[str, Any]:
-        from xmc.encoders import build_encoder
-        from xmc.maclr.pseudo import PseudoPairs
-        from xmc.maclr.train import stage2_pseudo_matrix, train_pairs, train_stage1
-
         cfg = ctx.config
-        pairs = PseudoPairs.load(ctx.params["maclr"]["pairs_dir"])
+        pairs = PseudoPairs.load(ctx.ws.maclr_pairs)
         encoder = build_encoder(cfg["encoder"])
         bs = ctx.params["index"]["encode_batch_size"]
         summary: dict[str, Any] = {"pairs": pairs.meta.get("counts")}
@@ -54,13 +54,10 @@ class MACLRFewShotMethod(Method):
     name = "maclr_fewshot"
 
     def train(self, ctx: RunContext, ds: Any) -> dict[str, Any]:
-        from xmc.encoders import load_encoder
-        from xmc.maclr.train import fewshot_labels, restrict_columns, train_pairs
-
         cfg = ctx.config
         labels = fewshot_labels(ds.trn.Y, float(cfg["ratio"]), int(cfg["seed"]))
         Y = restrict_columns(ds.trn.Y, labels)
-        encoder = load_encoder(cfg["init"])  # a missing folder is a one-line error naming it
+        encoder = load_encoder(cfg["init"], trainable=True)  # a missing folder is a one-line error naming it
         if cfg["freeze_embeddings"] and hasattr(encoder, "query_model"):
             # a saved folder does not record the freeze: apply it so both inits train the same parameters
             for m in {id(encoder.query_model): encoder.query_model, id(encoder.label_model): encoder.label_model}.values():

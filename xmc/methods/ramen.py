@@ -37,14 +37,14 @@ from xmc.data.columns import take_texts
 from xmc.data.dataset import XMCDataset
 from xmc.encoders import build_encoder
 from xmc.errors import ConfigError
-from xmc.graph.format import AnchorSet
+from xmc.graph.format import AnchorSet, discover_sets, load_graph_dir
 from xmc.graph.rwr import prune_edges
 from xmc.losses import build_loss
 from xmc.methods.base import TrainerMethod, TrainingParts
-from xmc.models import DualEncoderModel
+from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import build_sampler
 from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
-from xmc.train import Objective
+from xmc.trainer import Objective
 
 log = logging.getLogger(__name__)
 
@@ -314,20 +314,19 @@ class RAMENMethod(TrainerMethod):
     no-graph baseline). The saved model is a plain encoder folder: no graph at inference."""
 
     name = "ramen"
+    features = ("graph",)
 
     def build(self, ctx: Any, ds: XMCDataset) -> TrainingParts:
-        from xmc.graph.format import discover_sets, load_graph_dir
-
         cfg = ctx.config
         reg, pr = cfg["regulariser"], cfg["pruning"]
-        graph_dir = Path(cfg["graph_dir"])
+        graph_dir = ctx.ws.anchor_sets
         sets = load_graph_dir(graph_dir, len(ds.trn), ds.n_labels) \
             if reg["sets"] and not (graph_dir.is_dir() and not discover_sets(graph_dir)) else {}
         missing = [n for n in reg["sets"] if n not in sets]
         if missing:
             # a dataset without a label graph or document groups: the graph stage skipped those sets (and said so)
             log.warning("%s: graph sets %s are not in %s (the dataset lacks their inputs): regularising with %s",
-                        ctx.run.name, ", ".join(missing), cfg["graph_dir"],
+                        ctx.run.name, ", ".join(missing), graph_dir,
                         ", ".join(n for n in reg["sets"] if n in sets) or "none (a plain dual encoder)")
         if cfg["negatives"]["kind"] == "all":
             raise ConfigError("ramen: negatives.kind 'all' is not supported (R_z needs an explicit label pool)")

@@ -37,19 +37,20 @@ from xmc.losses import DecoupledSoftmaxLoss
 from xmc.negatives.base import CandidateBatch, draw_from_rows, pool_batch
 from xmc.negatives.samplers import HardNegativeShortlist
 from xmc.methods.base import TrainerMethod, TrainingParts
-from xmc.train.label_table import LabelTable
-from xmc.train.objective import Objective
+from xmc.models.unidec import DESCRIPTION, ENCODER, HEADS, SPACES, UniDECHeads, check_space, read_description
+from xmc.trainer.label_table import LabelTable
+from xmc.trainer.objective import Objective
 
 log = logging.getLogger(__name__)
 
-SPACES = ("concat", "de", "clf")
 
 
 # ------------------------------------------------------------------------------------------------
 # model
 # ------------------------------------------------------------------------------------------------
-class UniDECModel(nn.Module):
-    """Shared encoder + DE head (g1) + CLF head (g2) + classifier table Ψ.
+class UniDECModel(UniDECHeads):
+    """Shared encoder + DE head (g1) + CLF head (g2) (:class:`~xmc.models.unidec.UniDECHeads`) + the trainable
+    classifier table Ψ.
 
     ``space`` chooses what :meth:`all_label_vectors` / :meth:`query_vectors_np` return (the
     generic evaluator and hard-negative miner call those): ``concat`` (UniDEC), ``de`` or ``clf``.
@@ -57,25 +58,12 @@ class UniDECModel(nn.Module):
 
     def __init__(self, encoder: TextEncoder, label_texts: Sequence[str], dim: int = 256, dropout: float = 0.1,
                  space: str = "concat", dropout_clf: float | None = None, shard_labels: bool = False) -> None:
-        super().__init__()
-        if space not in SPACES:
-            raise ConfigError(f"unidec space must be one of {SPACES}, not {space!r}")
-        self.encoder = encoder
+        check_space(space)
+        super().__init__(encoder, dim, dropout, dropout_clf)
+        self.space = space
         self.label_texts = list(label_texts)
-        # ``dropout`` is g1's (DE head); ``dropout_clf`` is g2's and defaults to the same (paper: 0.1 both)
-        self.dim, self.dropout_p, self.space = dim, dropout, space
-        self.dropout_clf = dropout if dropout_clf is None else dropout_clf
-        d_in = encoder.dim
-        self.g1 = nn.Sequential(nn.Linear(d_in, dim), nn.Tanh(), nn.Dropout(dropout))
-        self.g2 = nn.Sequential(nn.Linear(d_in, dim), nn.Dropout(self.dropout_clf))
-        # Orthogonal projections with zero bias: at step 0 both heads score (almost) like the base
-        # encoder (Φ is unit-norm, tanh is near-linear there), so training starts from its ranking
-        # instead of from a random rotation of it.
-        for lin in (self.g1[0], self.g2[0]):
-            nn.init.orthogonal_(lin.weight)
-            nn.init.zeros_(lin.bias)
         # sparse: a step touches only the pool's rows (the trainer gives it lazy Adam); shard_labels: under torchrun
-        # each rank holds its slice of the rows and their Adam moments (xmc.train.label_table)
+        # each rank holds its slice of the rows and their Adam moments (xmc.trainer.label_table)
         self.psi = LabelTable(self.n_labels, dim, shard=shard_labels, init_std=dim**-0.5)
 
     @property
@@ -83,11 +71,6 @@ class UniDECModel(nn.Module):
         return len(self.label_texts)
 
     # ---- training-time forward (with gradients) -------------------------------------------------
-    def query_heads(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(Φ_D(x), Φ_C(x)) from one encoder pass: the DE vector is unit-norm, the CLF one is not."""
-        phi = self.encoder(list(texts), "query")
-        return F.normalize(self.g1(phi), dim=-1), self.g2(phi)
-
     def label_de(self, label_ids: np.ndarray) -> torch.Tensor:
         return F.normalize(self.g1(self.encoder([self.label_texts[i] for i in label_ids], "label")), dim=-1)
 
@@ -107,35 +90,9 @@ class UniDECModel(nn.Module):
 
     # ---- no-grad numpy views (indexing, mining, clustering) ------------------------------------
     @torch.no_grad()
-    def _heads_np(self, texts: Sequence[str], side: str, batch_size: int, progress: bool) -> tuple[np.ndarray, np.ndarray]:
-        was = self.training
-        self.eval()
-        phi = torch.from_numpy(self.encoder.encode(list(texts), side, batch_size, progress))
-        de, clf = [], []
-        for s in range(0, len(phi), 8192):
-            x = phi[s : s + 8192].to(self.psi.weight.device)
-            de.append(F.normalize(self.g1(x), dim=-1).float().cpu())
-            clf.append(self.g2(x).float().cpu())
-        self.train(was)
-        return torch.cat(de).numpy(), torch.cat(clf).numpy()
-
-    @torch.no_grad()
     def label_space_vectors(self, space: str, batch_size: int = 256, progress: bool = True) -> np.ndarray:
-        if space not in SPACES:
-            raise ConfigError(f"space must be one of {SPACES}")
-        psi_n = F.normalize(self.psi.gathered(), dim=-1).numpy()   # a sharded Ψ is gathered: a collective
-        if space == "clf":
-            return np.ascontiguousarray(psi_n)
-        de, _ = self._heads_np(self.label_texts, "label", batch_size, progress)
-        return de if space == "de" else np.ascontiguousarray(np.hstack([de, psi_n]))
-
-    @torch.no_grad()
-    def query_space_vectors(self, texts: Sequence[str], space: str, batch_size: int = 256,
-                            progress: bool = True) -> np.ndarray:
-        de, clf = self._heads_np(texts, "query", batch_size, progress)
-        clf_n = clf / np.maximum(np.linalg.norm(clf, axis=1, keepdims=True), 1e-12)
-        return {"de": de, "clf": clf_n.astype(np.float32),
-                "concat": np.ascontiguousarray(np.hstack([de, clf_n]).astype(np.float32))}[space]
+        # a sharded Ψ is gathered: a collective
+        return self.label_space_vectors_with(self.psi.gathered(), self.label_texts, space, batch_size, progress)
 
     def all_label_vectors(self, batch_size: int = 256, progress: bool = True) -> np.ndarray:
         return self.label_space_vectors(self.space, batch_size, progress)
@@ -149,7 +106,7 @@ class UniDECModel(nn.Module):
         init open; this starts the classifier as a label-text retriever (so labels that never occur
         in training keep a meaningful vector) instead of from noise."""
         # this rank's rows (all in one process); the encoder is not yet sharded at build time, so no collective
-        _, clf = self._heads_np(self.label_texts[self.psi.lo : self.psi.hi], "label", batch_size, progress=False)
+        _, clf = self.heads_np(self.label_texts[self.psi.lo : self.psi.hi], "label", batch_size, progress=False)
         self.psi.weight.data.copy_(torch.from_numpy(clf).to(self.psi.weight.device))
 
     @torch.no_grad()
@@ -162,7 +119,7 @@ class UniDECModel(nn.Module):
         the classifier's zero-shot estimate. Returns the number of rows replaced."""
         unseen = np.flatnonzero(np.asarray(train_label_freq).ravel() == 0)
         if len(unseen):
-            _, clf = self._heads_np([self.label_texts[i] for i in unseen], "label", batch_size, progress=False)
+            _, clf = self.heads_np([self.label_texts[i] for i in unseen], "label", batch_size, progress=False)
             self.psi.set_rows(unseen, clf)
         return len(unseen)
 
@@ -181,28 +138,23 @@ class UniDECModel(nn.Module):
 
     # ---- persistence ---------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
+        """The layout :class:`xmc.models.unidec.UniDECInference` loads."""
         psi = self.psi.gathered(dst=0)   # a label-sharded Ψ comes together on rank 0, which alone writes it
         if psi is None:
             return
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        self.encoder.save(path / "encoder")
-        torch.save({"g1": self.g1.state_dict(), "g2": self.g2.state_dict(), "psi": psi}, path / "unidec_heads.pt")
-        (path / "unidec.json").write_text(json.dumps({"dim": self.dim, "dropout": self.dropout_p,
-                                                      "dropout_clf": self.dropout_clf, "n_labels": self.n_labels},
-                                                     indent=2))
+        self.encoder.save(path / ENCODER)
+        torch.save({**self.head_state(), "psi": psi}, path / HEADS)
+        (path / DESCRIPTION).write_text(json.dumps(self.description(self.n_labels), indent=2))
 
     @classmethod
     def load(cls, path: str | Path, label_texts: Sequence[str], space: str = "concat") -> UniDECModel:
         path = Path(path)
-        if not (path / "unidec.json").exists():
-            raise ConfigError(f"{path / 'unidec.json'}: not a saved UniDEC model")
-        cfg = json.loads((path / "unidec.json").read_text())
-        if cfg["n_labels"] != len(label_texts):
-            raise ConfigError(f"{path}: model has {cfg['n_labels']} labels, the data {len(label_texts)}")
-        model = cls(load_encoder(path / "encoder"), label_texts, dim=cfg["dim"], dropout=cfg["dropout"], space=space,
+        cfg = read_description(path, len(label_texts))
+        model = cls(load_encoder(path / ENCODER), label_texts, dim=cfg["dim"], dropout=cfg["dropout"], space=space,
                     dropout_clf=cfg.get("dropout_clf"))
-        st = load_tensors(path / "unidec_heads.pt")
+        st = load_tensors(path / HEADS)
         model.g1.load_state_dict(st["g1"])
         model.g2.load_state_dict(st["g2"])
         model.psi.weight.data.copy_(st["psi"])
@@ -387,7 +339,7 @@ def predict_spaces(model: UniDECModel, texts: Sequence[str], k: int, spaces: Seq
     psi_n = model.label_space_vectors("clf", batch_size)
     t_lbl = time.perf_counter() - t0
     t0 = time.perf_counter()
-    de_q, clf_q = model._heads_np(texts, "query", batch_size, progress=False)  # one encoder pass, both heads
+    de_q, clf_q = model.heads_np(texts, "query", batch_size, progress=False)  # one encoder pass, both heads
     clf_q = (clf_q / np.maximum(np.linalg.norm(clf_q, axis=1, keepdims=True), 1e-12)).astype(np.float32)
     t_q = time.perf_counter() - t0
     lv = {"de": de_l, "clf": psi_n, "concat": np.hstack([de_l, psi_n])}

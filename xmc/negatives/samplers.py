@@ -46,7 +46,7 @@ def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndar
     largest row's: one instance with thousands of labels no longer widens every query's search. In a data-parallel
     run every rank searches its contiguous share of the queries and the shares are all-gathered, so the search
     costs ``1/world`` per rank and every rank ends with the whole shortlist (each draws the same global batch)."""
-    from xmc.train.distributed import initialised_context
+    from xmc.trainer.distributed import initialised_context
 
     Y = Y.tocsr()
     index = mining_index(index_kind, **index_kw).build(label_vecs)
@@ -55,7 +55,7 @@ def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndar
         return search_without_positives(index, Y, query_vecs, size)
     import torch
 
-    from xmc.train.distributed import gather_rows, shard_bounds
+    from xmc.trainer.distributed import gather_rows, shard_bounds
 
     lo, hi = shard_bounds(len(query_vecs), ctx.world, ctx.rank)
     mine = torch.from_numpy(search_without_positives(index, Y[lo:hi], query_vecs[lo:hi], size).astype(np.int64))

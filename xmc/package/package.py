@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 
 from xmc.errors import ConfigError, DataFormatError, XMCError
-from xmc.package.predictors import PREDICTORS, Predictor, _copy_tree, _link_or_copy, kind_of_source, predictor_class
+from xmc.io import atomic_dir
+from xmc.cards import CARD, model_card
+from xmc.package.predictors import Predictor, kind_of_source, predictor_class
 
 FORMAT = "xmc-model-package"
 FORMAT_VERSION = 1
@@ -119,31 +121,27 @@ def read_labels(path: Path) -> tuple[list[str], list[str]]:
 # ------------------------------------------------------------------------------------------------
 # building
 # ------------------------------------------------------------------------------------------------
-def _write_package(out_dir: str | Path, fill: Any, *, name: str, method: str, label_uids: Sequence[str],
-                   label_texts: Sequence[str], params: dict[str, Any] | None, dataset: dict[str, Any] | None,
-                   metrics: dict[str, Any] | None, training: dict[str, Any] | None, repo: str | Path) -> dict[str, Any]:
-    """Labels + the predictor's files (``fill(tmp)`` writes them and returns its manifest section) + manifest,
-    written atomically."""
-    from xmc.io import atomic_dir
-    from xmc.package.card import CARD, model_card
-
+def finish_package(tmp: Path, section: dict[str, Any], *, name: str, method: str, label_uids: Sequence[str],
+                   label_texts: Sequence[str], params: dict[str, Any] | None = None,
+                   dataset: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
+                   training: dict[str, Any] | None = None, repo: str | Path = ".") -> dict[str, Any]:
+    """Complete a package folder whose predictor files are in ``tmp`` (``section``: the predictor's manifest
+    section): the labels, the model card and the manifest with every file's size and hash. Returns the manifest."""
     label_uids, label_texts = list(label_uids), list(label_texts)
-    with atomic_dir(out_dir) as tmp:
-        with open(tmp / LABELS, "w", encoding="utf-8") as fh:
-            for u, t in zip(label_uids, label_texts, strict=True):
-                fh.write(json.dumps({"uid": u, "text": t}, ensure_ascii=False) + "\n")
-        section = fill(tmp)
-        manifest = {
-            "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "method": method,
-            "predictor": section,
-            "labels": {"count": len(label_texts), "sha256": label_set_sha256(label_uids, label_texts), "file": LABELS},
-            "dataset": dataset or {}, "params": params or {}, "code": code_version(repo), "metrics": metrics or {},
-            "training": training or {},
-        }
-        (tmp / CARD).write_text(model_card(manifest), encoding="utf-8")   # the card is one of the files
-        manifest["files"] = _files_of(tmp)
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
-                                    encoding="utf-8")
+    with open(tmp / LABELS, "w", encoding="utf-8") as fh:
+        for u, t in zip(label_uids, label_texts, strict=True):
+            fh.write(json.dumps({"uid": u, "text": t}, ensure_ascii=False) + "\n")
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "name": name, "method": method,
+        "predictor": section,
+        "labels": {"count": len(label_texts), "sha256": label_set_sha256(label_uids, label_texts), "file": LABELS},
+        "dataset": dataset or {}, "params": params or {}, "code": code_version(repo), "metrics": metrics or {},
+        "training": training or {},
+    }
+    (tmp / CARD).write_text(model_card(manifest), encoding="utf-8")   # the card is one of the files
+    manifest["files"] = _files_of(tmp)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False, sort_keys=False) + "\n",
+                                encoding="utf-8")
     return manifest
 
 
@@ -152,48 +150,19 @@ def build_package(out_dir: str | Path, *, name: str, method: str, source: str | 
                   params: dict[str, Any] | None = None, dataset: dict[str, Any] | None = None,
                   metrics: dict[str, Any] | None = None, training: dict[str, Any] | None = None,
                   repo: str | Path = ".") -> dict[str, Any]:
-    """Write ``out_dir`` atomically from the trained model at ``source`` and return its manifest.
+    """Write ``out_dir`` atomically from the trained model at ``source`` and return its manifest (no predictions
+    or metrics: :func:`xmc.package.build.package_run` is the pipeline's way, with both).
 
-    ``options``: ``encode_batch_size``, ``index`` (ANN settings), ``space`` (UniDEC), ``tfidf_knn`` and
-    ``train_labels`` (a CSR matrix; label prior and kNN)."""
+    ``options``: ``index`` (ANN settings), ``space`` (UniDEC), ``config`` (the run's settings)."""
     source = Path(source)
     if not source.exists():
         raise ConfigError(f"{source}: model folder not found (train it first)")
     kind = kind_of_source(source, method)
     texts = list(label_texts)
-    return _write_package(out_dir, lambda tmp: predictor_class(kind, source).build(source, tmp, texts, dict(options or {})),
-                          name=name, method=method, label_uids=label_uids, label_texts=texts, params=params,
-                          dataset=dataset, metrics=metrics, training=training, repo=repo)
-
-
-def package_from_predictor(out_dir: str | Path, predictor_dir: str | Path, *, name: str, method: str,
-                           label_uids: Sequence[str], label_texts: Sequence[str], params: dict[str, Any] | None = None,
-                           dataset: dict[str, Any] | None = None, metrics: dict[str, Any] | None = None,
-                           training: dict[str, Any] | None = None, repo: str | Path = ".") -> dict[str, Any]:
-    """A package around a predictor the prediction stage already built (``indexes/<name>/``: its files and
-    ``predictor.json``): the index the pipeline evaluated is the one the package serves, built once."""
-    from xmc.io import read_json_file
-
-    src = Path(predictor_dir)
-    section_file = src / "predictor.json"
-    if not section_file.is_file():
-        raise ConfigError(f"{section_file}: missing (run the prediction stage of {name!r} first)")
-    section = read_json_file(section_file, "a predictor description")
-    if not isinstance(section, dict) or section.get("kind") not in PREDICTORS:
-        raise DataFormatError(section_file, None, "not a predictor description (a JSON object with a known 'kind')")
-
-    def fill(tmp: Path) -> dict[str, Any]:
-        for child in src.iterdir():
-            if child.name == "predictor.json":
-                continue
-            if child.is_dir():
-                _copy_tree(child, tmp / child.name)
-            else:
-                _link_or_copy(child, tmp / child.name)
-        return section
-
-    return _write_package(out_dir, fill, name=name, method=method, label_uids=label_uids, label_texts=label_texts,
-                          params=params, dataset=dataset, metrics=metrics, training=training, repo=repo)
+    with atomic_dir(out_dir) as tmp:
+        section = predictor_class(kind, source).build(source, tmp, texts, dict(options or {}))
+        return finish_package(tmp, section, name=name, method=method, label_uids=label_uids, label_texts=texts,
+                              params=params, dataset=dataset, metrics=metrics, training=training, repo=repo)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -359,4 +328,5 @@ def load(path: str | Path, *, expect_labels: str | Path | None = None, verify: b
 
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MAX_K", "InputError", "ModelPackage", "Prediction", "build_package",
-           "check_k", "check_texts", "code_version", "label_set_sha256", "load", "read_labels", "read_manifest"]
+           "check_k", "check_texts", "code_version", "finish_package", "label_set_sha256", "load", "read_labels",
+           "read_manifest"]

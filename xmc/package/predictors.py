@@ -23,10 +23,24 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, ClassVar
 
+import faiss
 import numpy as np
 import scipy.sparse as sp
+import torch
 
+from xmc.ann import ANNIndex
+from xmc.ann.shortlist import SMALL_FULL_SEARCH, TfidfShortlist, full_search, rerank
+from xmc.baselines.tfidf import _vectorizer, knn_label_voting, label_prior_predict, tfidf_zero_shot
+from xmc.config.schema import IndexConfig, TfidfKnnConfig, TfidfZeroShotConfig, filled
+from xmc.encoders.base import load_encoder
 from xmc.errors import ConfigError, DataFormatError
+from xmc.io import read_json_file, save_csr, save_npz_deterministic
+from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_scores
+from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
+from xmc.models.astra import is_astra_model, load_astra
+from xmc.models.device import on_inference_device
+from xmc.models.unidec import SPACES, UniDECInference, is_unidec_model
+from xmc.sparse_topk import prune_postings, transposed_operand
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +54,14 @@ def _link_or_copy(s: str | Path, d: str | Path) -> None:
         shutil.copy2(s, d)
 
 
+# what a package folder holds beside its predictor's files (xmc.package.package)
+PACKAGE_FILES = ("manifest.json", "labels.jsonl", "README.md")
+
+
 def _copy_tree(src: Path, dst: Path) -> None:
-    """Copy a model folder into a predictor or package folder (hard links where possible)."""
+    """Copy a model folder into a package folder: hard links where possible (one copy of the weights on disk)."""
     shutil.copytree(src, dst, copy_function=_link_or_copy,
-                    ignore=shutil.ignore_patterns("train_summary.json", "__pycache__", "README.md"))
+                    ignore=shutil.ignore_patterns("train_summary.json", "model.json", "__pycache__", "README.md"))
 
 
 SMALL_BATCH = 4  # queries searched on one faiss thread (measured: bench/serve_latency.py)
@@ -54,8 +72,6 @@ def _search(index: Any, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     save: 2.5 ms vs 3.6 ms per query over 25,819 x 769 on 2 cores); batches use every core."""
     if len(q) > SMALL_BATCH or index.on_gpu:
         return index.search(q, k)
-    import faiss
-
     before = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     try:
@@ -93,8 +109,6 @@ class Predictor(ABC):
 # ------------------------------------------------------------------------------------------------
 def _index_settings(options: dict[str, Any]) -> dict[str, Any]:
     """params ``index`` (the ANN kind and knobs, the encoding batch size), schema defaults filled."""
-    from xmc.config.schema import IndexConfig, filled
-
     return filled(IndexConfig, options.get("index"), "index")
 
 
@@ -122,14 +136,6 @@ def _label_vector_file(out: Path, n: int, dim: int, options: dict[str, Any]) -> 
     return np.lib.format.open_memmap(out / "label_vectors.f16.npy", mode="w+", dtype=np.float16, shape=(n, dim))
 
 
-def on_inference_device(module: Any) -> Any:
-    """The encoder (or model) on the GPU when one is visible (``CUDA_VISIBLE_DEVICES=""`` keeps it on the CPU):
-    label and query encoding is most of a dense predictor's time."""
-    from xmc.train.trainer import resolve_device
-
-    return module.to(resolve_device("auto"))   # the trainer's device policy
-
-
 class DensePredictor(Predictor):
     """Query vector = encoder(text) (⊕ a constant for a bias column); labels = the index's vectors."""
 
@@ -140,16 +146,10 @@ class DensePredictor(Predictor):
 
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        from xmc.ann import ANNIndex
-        from xmc.encoders import load_encoder
-
         bs = _index_settings(options)["encode_batch_size"]
-        if (source / "astra.json").exists():
-            from xmc.methods.astra import ASTRAModel
-
-            model = ASTRAModel.load(source, label_texts)
-            vectors = model.all_label_vectors()
-            encoder = on_inference_device(model.encoder)
+        if is_astra_model(source):   # ASTRA: the label vectors are its classifiers [w_l, b_l]
+            encoder, vectors = load_astra(source, len(label_texts))
+            encoder = on_inference_device(encoder)
             _copy_tree(source / "encoder", out / "encoder")
             append: float | None = 1.0
         else:
@@ -162,8 +162,6 @@ class DensePredictor(Predictor):
         calib = _calibration_texts(options)
         queries = None
         if calib and index.calibrates(len(vectors)):
-            import torch
-
             encoder.eval()
             with torch.inference_mode():
                 queries = cls(encoder, index, append, bs).query_vectors(calib)
@@ -179,9 +177,6 @@ class DensePredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> DensePredictor:
-        from xmc.ann import ANNIndex
-        from xmc.encoders import load_encoder
-
         encoder = on_inference_device(load_encoder(root / section.get("encoder", "encoder")))
         encoder.eval()
         index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
@@ -198,8 +193,6 @@ class DensePredictor(Predictor):
         return np.ascontiguousarray(q, dtype=np.float32)
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        import torch
-
         with torch.inference_mode():  # no autograd graph at prediction time
             q = self.query_vectors(texts)
         return _search(self.index, q, k)
@@ -216,14 +209,11 @@ class UniDECPredictor(Predictor):
 
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        from xmc.ann import ANNIndex
-        from xmc.methods.unidec import SPACES, UniDECModel
-
         space = options.get("space") or "concat"
         if space not in SPACES:
             raise ConfigError(f"package space must be one of {', '.join(SPACES)} (got {space!r})")
         bs = _index_settings(options)["encode_batch_size"]
-        model = on_inference_device(UniDECModel.load(source, label_texts, space=space))
+        model = on_inference_device(UniDECInference.load(source, label_texts, space=space))
         vectors = model.label_space_vectors(space, bs, progress=True)
         calib = _calibration_texts(options)
         index = ANNIndex(**_index_options(options))
@@ -236,11 +226,9 @@ class UniDECPredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> UniDECPredictor:
-        from xmc.ann import ANNIndex
-        from xmc.methods.unidec import UniDECModel
-
         space = section.get("space", "concat")
-        model = on_inference_device(UniDECModel.load(root / section.get("model", "model"), label_texts, space=space))
+        model = on_inference_device(UniDECInference.load(root / section.get("model", "model"), label_texts,
+                                                         space=space))
         index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
         if index.ntotal != len(label_texts):
             raise DataFormatError(root / "index", None, f"holds {index.ntotal} label vectors but the package has "
@@ -248,8 +236,6 @@ class UniDECPredictor(Predictor):
         return cls(model, index, space, int(section.get("encode_batch_size", 256)))
 
     def query_vectors(self, texts: list[str]) -> np.ndarray:
-        import torch
-
         with torch.inference_mode():
             q = self.model.query_space_vectors(texts, self.space, self.batch_size, progress=False)
         return np.ascontiguousarray(q, dtype=np.float32)
@@ -262,9 +248,6 @@ class UniDECPredictor(Predictor):
 # TF-IDF baselines and the label prior
 # ------------------------------------------------------------------------------------------------
 def _load_vectorizer(d: Path) -> Any:
-    from xmc.baselines.tfidf import _vectorizer
-    from xmc.io import read_json_file
-
     params = read_json_file(d / "settings.json", "TF-IDF settings")
     vocab = read_json_file(d / "vocabulary.json", "a TF-IDF vocabulary")
     if not isinstance(vocab, dict) or not isinstance(params, dict):
@@ -282,7 +265,7 @@ def _copy_vectorizer(src: Path, out: Path) -> None:
     for f in ("vocabulary.json", "settings.json", "idf.npz"):
         if not (src / f).exists():
             raise DataFormatError(src / f, None, "missing from the TF-IDF features (rerun the tfidf stage)")
-        shutil.copy2(src / f, out / f)
+        _link_or_copy(src / f, out / f)
 
 
 def _load_csr(path: Path) -> sp.csr_matrix:
@@ -295,11 +278,8 @@ def _load_csr(path: Path) -> sp.csr_matrix:
 def _save_postings(src: Path, dest: Path, X: sp.csr_matrix, max_per_term: int) -> None:
     """The item side of a TF-IDF predictor, its postings capped at ``max_per_term`` per term (0: copied as is)."""
     if max_per_term <= 0:
-        shutil.copy2(src, dest)
+        _link_or_copy(src, dest)
         return
-    from xmc.io import save_csr
-    from xmc.sparse_topk import prune_postings
-
     pruned = prune_postings(X, max_per_term)
     log.info("%s: postings capped at %d per term keep %d of %d entries (%.1f%%)", src.name, max_per_term,
              pruned.nnz, X.nnz, 100.0 * pruned.nnz / max(X.nnz, 1))
@@ -329,16 +309,14 @@ class TfidfZeroShotPredictor(Predictor):
     kind = "tfidf_zeroshot"
 
     def __init__(self, vectorizer: Any, X_label: sp.csr_matrix) -> None:
-        from xmc.sparse_topk import transposed_operand
-
         # transposed once, not per request (0.5 s at 10^6 labels)
         self.vectorizer, self.X_label_T = vectorizer, transposed_operand(X_label)
 
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        from xmc.config.schema import TfidfZeroShotConfig, filled
-
-        cap = filled(TfidfZeroShotConfig, options.get("tfidf_zeroshot"), "tfidf_zeroshot")["max_postings_per_term"]
+        """``source``: the tfidf_zeroshot model folder (the TF-IDF vectoriser and label rows); ``options["config"]``:
+        the run's settings."""
+        cap = filled(TfidfZeroShotConfig, options.get("config"), "tfidf_zeroshot")["max_postings_per_term"]
         _build_tfidf_labels(source, out / "tfidf", len(label_texts), cap)
         return {"kind": cls.kind, "tfidf": "tfidf", "max_postings_per_term": cap}
 
@@ -347,8 +325,6 @@ class TfidfZeroShotPredictor(Predictor):
         return cls(*_load_tfidf_labels(root / section.get("tfidf", "tfidf"), len(label_texts)))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        from xmc.baselines.tfidf import tfidf_zero_shot
-
         top = tfidf_zero_shot(self.vectorizer.transform(texts).tocsr(), None, k, X_label_T=self.X_label_T)
         return top.scores.astype(np.float32), top.indices.astype(np.int64)
 
@@ -365,19 +341,17 @@ class TfidfKNNPredictor(Predictor):
 
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        from xmc.io import save_csr
-
+        """``source``: the tfidf_knn model folder (vectoriser, training rows and their labels); ``options["config"]``:
+        the run's settings."""
         _copy_vectorizer(source, out / "tfidf")
         X = _load_csr(source / "X_trn.npz")
-        Y = options["train_labels"]
+        Y = _load_csr(source / "Y_trn.npz")
         if Y.shape != (X.shape[0], len(label_texts)):
             raise DataFormatError(source / "X_trn.npz", None, f"{X.shape[0]} training rows but the label matrix is "
                                   f"{Y.shape[0]} x {Y.shape[1]} for {len(label_texts)} labels")
-        from xmc.config.schema import TfidfKnnConfig, filled
-
-        knn = filled(TfidfKnnConfig, options.get("tfidf_knn"), "tfidf_knn")
+        knn = filled(TfidfKnnConfig, options.get("config"), "tfidf_knn")
         _save_postings(source / "X_trn.npz", out / "tfidf" / "X_trn.npz", X, knn["max_postings_per_term"])
-        save_csr(out / "tfidf" / "Y_trn.npz", Y)
+        _link_or_copy(source / "Y_trn.npz", out / "tfidf" / "Y_trn.npz")
         return {"kind": cls.kind, "tfidf": "tfidf", "n_neighbors": knn["n_neighbors"], "power": knn["power"],
                 "max_postings_per_term": knn["max_postings_per_term"]}
 
@@ -391,8 +365,6 @@ class TfidfKNNPredictor(Predictor):
         return cls(_load_vectorizer(d), X, Y, int(section["n_neighbors"]), float(section.get("power", 1.0)))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        from xmc.baselines.tfidf import knn_label_voting
-
         top = knn_label_voting(self.vectorizer.transform(texts).tocsr(), self.X_train, self.Y_train,
                                self.n_neighbors, k, power=self.power)
         return top.scores.astype(np.float32), top.indices.astype(np.int64)
@@ -408,11 +380,10 @@ class LabelPriorPredictor(Predictor):
 
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        from xmc.io import save_npz_deterministic
-
-        freq = np.asarray(options["train_labels"].sum(0)).ravel().astype(np.float32)
+        """``source``: the label_prior model folder (its training label frequencies)."""
         out.mkdir(parents=True, exist_ok=True)
-        save_npz_deterministic(out / "label_prior.npz", freq=freq)
+        cls.load(source, {"frequencies": "label_prior.npz"}, label_texts)   # checked before it is shipped
+        _link_or_copy(source / "label_prior.npz", out / "label_prior.npz")
         return {"kind": cls.kind, "frequencies": "label_prior.npz"}
 
     @classmethod
@@ -428,8 +399,6 @@ class LabelPriorPredictor(Predictor):
         return cls(freq)
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        from xmc.baselines.tfidf import label_prior_predict
-
         top = label_prior_predict(self.freq, len(texts), k)
         return top.scores.astype(np.float32), top.indices.astype(np.int64)
 
@@ -468,27 +437,26 @@ class LabelNamePredictor(Predictor):
 
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        from xmc.io import save_npz_deterministic
-        from xmc.lexical import LabelNameMatcher, parse_label_names
-
-        ranking = options.get("ranking", "zero_shot")
+        """``source``: the name_match model folder (its training label counts for the prior ranking);
+        ``options["config"]``: ``ranking`` and ``label_names``."""
+        config = options.get("config") or {}
+        ranking = config.get("ranking", "zero_shot")
         if ranking not in ("zero_shot", "prior"):
             raise ConfigError(f"label-name ranking must be zero_shot or prior (got {ranking!r})")
-        names = parse_label_names(label_texts, options["label_names"]["mode"])
-        matcher = LabelNameMatcher(names, options["label_names"]["max_words"], label_texts,
-                                   options["label_names"].get("cased_names", False))
+        settings = config.get("label_names") or {}
+        names = parse_label_names(label_texts, settings.get("mode", "auto"))
+        matcher = LabelNameMatcher(names, int(settings.get("max_words", 4)), label_texts,
+                                   bool(settings.get("cased_names", True)))
         out.mkdir(parents=True, exist_ok=True)
         if ranking == "prior":  # only this ranking reads training labels
-            counts = np.asarray(options["train_labels"].sum(0)).ravel().astype(np.float32)
-            save_npz_deterministic(out / "train_counts.npz", counts=counts)
+            _load_counts(source / "train_counts.npz", len(label_texts))
+            _link_or_copy(source / "train_counts.npz", out / "train_counts.npz")
         return {"kind": cls.kind, "ranking": ranking, "label_names": names.mode, "max_words": matcher.max_words,
                 "cased_names": matcher.cased_names,
                 "names": int(len(matcher.by_name))}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> LabelNamePredictor:
-        from xmc.lexical import LabelNameMatcher, parse_label_names
-
         st = _lexical_settings(section, root)
         matcher = LabelNameMatcher(parse_label_names(label_texts, st["mode"]), st["max_words"], label_texts,
                                    st["cased_names"])
@@ -497,8 +465,6 @@ class LabelNamePredictor(Predictor):
         return cls(matcher, ranking, counts)
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        from xmc.lexical import zero_shot_name_scores
-
         D = np.full((len(texts), k), -np.inf, np.float32)
         I = np.full((len(texts), k), -1, np.int64)
         for r, text in enumerate(texts):
@@ -532,8 +498,6 @@ class ShortlistPredictor(Predictor):
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
         """``source``: a dense or UniDEC predictor folder built with an exact index (``predictor.json`` inside);
         ``options``: ``tfidf_dir`` (the tfidf stage's output), ``shortlist_k``, ``max_postings_per_term``."""
-        from xmc.io import read_json_file
-
         base = read_json_file(source / "predictor.json", "a predictor description")
         if base.get("kind") not in ("dense", "unidec"):
             raise DataFormatError(source / "predictor.json", None, f"a shortlist re-ranks a dense or unidec "
@@ -547,8 +511,6 @@ class ShortlistPredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> ShortlistPredictor:
-        from xmc.ann.shortlist import TfidfShortlist
-
         base_section = section.get("base")
         if not isinstance(base_section, dict) or base_section.get("kind") not in ("dense", "unidec"):
             raise DataFormatError(root, None, "a shortlist predictor needs a dense or unidec base section")
@@ -569,8 +531,6 @@ class ShortlistPredictor(Predictor):
         return self._vectors
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        import torch
-
         cand = self.shortlist.candidates(texts)
         with torch.inference_mode():
             q = self.query_vectors(texts)
@@ -579,8 +539,6 @@ class ShortlistPredictor(Predictor):
     def rank(self, q: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """The top-``k`` of each row's candidate labels (``cand``, -1 padded) by inner product with its query vector
         ``q``; a row with fewer than ``k`` candidates is searched over every label."""
-        from xmc.ann.shortlist import SMALL_FULL_SEARCH, full_search, rerank
-
         D, I = rerank(q, self.label_vectors(), cand, k)
         short = np.flatnonzero((cand >= 0).sum(1) < min(k, self.index.ntotal))
         if short.size:   # no shortlist to rank: the exact search over every label
@@ -606,20 +564,22 @@ class HybridPredictor(Predictor):
     @classmethod
     def build(cls, source: Path | dict[str, Path], out: Path, label_texts: list[str],
               options: dict[str, Any]) -> dict[str, Any]:
-        """``source``: the base method's built predictor folder (``indexes/<run>/``, with ``predictor.json``), or
-        {member run: its folder} for an ensemble; ``options["ranker"]``: a fitted
-        :class:`xmc.lexical.hybrid.HybridRanker` (with those members)."""
-        from xmc.io import read_json_file
-
+        """``source``: the base run's model package (``packages/<run>/``), or {member run: its package} for an
+        ensemble; ``options["ranker"]``: a fitted :class:`xmc.lexical.hybrid.HybridRanker` (with those members).
+        The base's predictor files are hard links of the base package's: one copy on disk, and a copied hybrid
+        package still holds everything it predicts with."""
         ranker = options["ranker"]
         common = {"kind": cls.kind, "base_k": int(options["base_k"]), "fusion": "fusion",
                   "label_names": ranker.names.mode, "max_words": ranker.matcher.max_words,
                   "cased_names": ranker.matcher.cased_names}
 
         def copy_base(folder: Path, dest: Path) -> dict[str, Any]:   # the base's files; its section goes inline
-            section = read_json_file(folder / "predictor.json", "a predictor description")
-            _copy_tree(folder, dest)
-            (dest / "predictor.json").unlink(missing_ok=True)
+            manifest = read_json_file(folder / "manifest.json", "a package manifest")
+            section = manifest.get("predictor") if isinstance(manifest, dict) else None
+            if not isinstance(section, dict):
+                raise DataFormatError(folder / "manifest.json", None, "no predictor section")
+            shutil.copytree(folder, dest, copy_function=_link_or_copy,
+                            ignore=lambda d, names: [n for n in names if Path(d) == folder and n in PACKAGE_FILES])
             return section
 
         if isinstance(source, dict) and list(source) != list(ranker.members or ()):
@@ -631,9 +591,6 @@ class HybridPredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> HybridPredictor:
-        from xmc.io import read_json_file
-        from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
-
         st = _lexical_settings(section, root)
 
         def load_base(where: Path, base_section: Any) -> Predictor:
@@ -673,11 +630,16 @@ PREDICTORS: dict[str, type[Predictor]] = {p.kind: p for p in (DensePredictor, Un
 
 def kind_of_source(source: Path, name: str) -> str:
     """The predictor kind for a trained model folder (or a baseline's name)."""
+    info = source / "model.json"
+    if info.is_file():
+        kind = (read_json_file(info, "a trained model's description") or {}).get("predictor")
+        if isinstance(kind, str):
+            return kind
     if name in ("label_prior", "tfidf_zeroshot", "tfidf_knn"):
         return name
-    if (source / "unidec.json").exists():
+    if is_unidec_model(source):
         return "unidec"
-    if (source / "astra.json").exists() or (source / "xmc_encoder.json").exists():
+    if is_astra_model(source) or (source / "xmc_encoder.json").exists():
         return "dense"
     raise ConfigError(f"{source}: not a trained model folder (no astra.json, unidec.json or xmc_encoder.json)")
 

@@ -3,8 +3,7 @@
 libpecos needs numpy < 2 and scipy < 1.14, so these functions run in the PECOS environment the Makefile creates
 (``.venv-pecos``); importing this module does not import libpecos, calling them does.
 
-A run of ``params.yaml: xr_linear`` is ``xr_linear.defaults`` with that run's overrides (``xr_linear.runs``): the
-reported peer ``xr_linear`` and the selection candidates that decide its settings on the validation split.
+Its settings are params ``xr_linear`` (:class:`xmc.config.schema.XrLinearRunConfig`); the lab's variants override them.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from xmc.config.schema import deep_merge
 from xmc.errors import ConfigError
 from xmc.predictions import TopK, topk_from_sparse
 
@@ -28,15 +26,6 @@ def require_libpecos() -> Any:
         raise ConfigError("libpecos is not installed in this environment: run the stage with .venv-pecos/bin/python "
                           "(`make setup` creates it)") from None
     return Indexer, LabelEmbeddingFactory, XLinearModel
-
-
-def xr_linear_settings(params: dict[str, Any], run: str) -> dict[str, Any]:
-    """The settings of XR-Linear run ``run``: ``xr_linear.defaults`` merged with ``xr_linear.runs.<run>``."""
-    section = params["xr_linear"]
-    runs = section.get("runs") or {}
-    if run not in runs:
-        raise ConfigError(f"params.yaml: no run {run!r} under xr_linear.runs (runs: {', '.join(sorted(runs)) or 'none'})")
-    return deep_merge(section.get("defaults") or {}, runs[run] or {})
 
 
 def fit_xr_linear(X: sp.csr_matrix, Y: sp.csr_matrix, cfg: dict[str, Any]) -> Any:

@@ -1,8 +1,6 @@
-"""Comparison table of every evaluated method (Markdown, HTML), its figures and plots page (PNG, offline), and the
-validation selection report."""
+"""Comparison table of every evaluated method (Markdown, HTML), its figures and plots page (PNG, offline)."""
 
 from xmc.report.figures import render_figures, render_plots_page
-from xmc.report.selection import render_selection_html, render_selection_markdown, select, select_all
 from xmc.report.table import (
     COLUMNS,
     PAIRED_METRICS,
@@ -17,5 +15,4 @@ from xmc.report.table import (
 )
 
 __all__ = ["COLUMNS", "PAIRED_METRICS", "SEED_METRICS", "ablation_deltas", "comparison_rows", "interval_note",
-           "paired_comparisons", "render_figures", "render_html", "render_markdown", "render_plots_page",
-           "render_selection_html", "render_selection_markdown", "seed_rows", "select", "select_all"]
+           "paired_comparisons", "render_figures", "render_html", "render_markdown", "render_plots_page", "seed_rows"]

@@ -1,0 +1,163 @@
+"""Hybrids: a run's candidates + the label-name matches, re-scored by a fusion fit on validation -> the hybrid's
+package, predictions and metrics (the ``fuse@<hybrid>`` and ``ensemble`` stages, and ``xmc train --hybrid``).
+
+Fusion weights are fit on the validation split only. The validation predictions of the hybrid are cross-fitted
+(weights fit on the other folds of validation documents), so its validation metrics are not in-sample; the
+test predictions use the weights fit on the whole validation split, through the same ranker the model package's
+``hybrid`` predictor runs. A zero-shot hybrid reads no training split: its two weights are chosen on validation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import numpy as np
+
+from xmc.data import load_processed
+from xmc.errors import ConfigError
+from xmc.evaluation import evaluate_split, write_evaluation
+from xmc.io import atomic_dir, read_json, write_json
+from xmc.lexical.hybrid import HybridRanker, choose_zero_shot_fusion, fit_boosted_fusion, fit_fusion, top_k
+from xmc.lexical.hybrid import CandidateTable
+from xmc.logs import kv
+from xmc.package.build import PREDICTED_SPLITS, dataset_record
+from xmc.cards import training_record
+from xmc.package.package import finish_package
+from xmc.package.predictors import HybridPredictor
+from xmc.predictions import TopK
+from xmc.workspace import Workspace
+
+log = logging.getLogger(__name__)
+SUFFIX = "_hybrid"
+ZERO_SHOT_SUFFIX = "_zs_hybrid"
+
+
+def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.ndarray:
+    """Fold of each validation row: whole documents (groups) go together, round-robin in sorted order;
+    rows without a group are split by position."""
+    keys = sorted({str(g) for g in groups if g is not None}) if groups else []
+    if len(keys) < n_folds:  # fewer documents than folds: contiguous blocks of rows
+        return (np.arange(n_rows) * n_folds // max(1, n_rows)).astype(np.int64)
+    fold_of = {g: i % n_folds for i, g in enumerate(keys)}
+    return np.array([fold_of[str(g)] if g is not None else i % n_folds for i, g in enumerate(groups)], np.int64)
+
+
+def fit_supervised_fusion(cfg: dict[str, Any], table: Any, gold: Any, rows: np.ndarray, features: tuple[str, ...],
+                          kind: str | None = None) -> Any:
+    """The fusion ``kind`` (default params ``hybrid.fusion``: boosted_trees or logistic) fit on the candidates of the
+    validation texts ``rows`` of ``table`` (:class:`~xmc.lexical.hybrid.CandidateTable`)."""
+    keep = np.isin(table.rows, rows)
+    sub = CandidateTable(table.rows[keep], table.labels[keep], table.X[keep])
+    if (kind or cfg["fusion"]) == "boosted_trees":
+        return fit_boosted_fusion(sub, gold, cfg["boosted_trees"], features, C=cfg["C"])
+    return fit_fusion(sub, gold, cfg["C"], features)
+
+
+def cross_fitted_scores(table: Any, folds: np.ndarray, fit: Any) -> tuple[np.ndarray, dict[str, Any]]:
+    """Each candidate's score under a fusion fit on the other folds' texts (``folds``: fold of each text; ``fit``:
+    text rows -> (fusion, info)): the validation predictions of a hybrid, not in-sample. Returns (scores, the
+    folds' infos)."""
+    cross = np.zeros(len(table.rows))
+    infos: dict[str, Any] = {}
+    for f in range(int(folds.max()) + 1 if len(folds) else 0):
+        held = folds[table.rows] == f
+        if held.any() and (~held).any():
+            w, info = fit(np.flatnonzero(folds != f))
+            cross[held] = w.score(table.X[held])
+            if info:
+                infos[f"fold_{f}"] = info
+    return cross, infos
+
+
+def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zero_shot: bool = False,
+         splits: tuple[str, ...] = PREDICTED_SPLITS, base_ws: Workspace | None = None) -> dict[str, Any]:
+    """Fuse the runs ``bases`` (one run, or an ensemble's members) with the label-name matches into the hybrid
+    ``name``: its package (the bases' predictors as hard links + the fusion), its predictions and metrics of
+    ``splits`` (``val`` at least: the fusion is fit there). ``base_ws``: where the bases' packages and predictions
+    are (default ``ws``; the lab fuses the product's runs)."""
+    base_ws = base_ws or ws
+    cfg, names_cfg = params["hybrid"], params["label_names"]
+    k = params["evaluate"]["top_k"]
+    zs = cfg["zero_shot"]
+    if "val" not in splits:
+        raise ConfigError(f"{name}: a hybrid is fit on the validation split (splits must include val)")
+    for base in bases:
+        for split in splits:
+            path = base_ws.predictions(base) / f"{split}_topk.npz"
+            if not path.is_file():
+                raise ConfigError(f"{path}: missing (run the package stage of {base})")
+    # the training split is read for the label counts and the evaluation's propensities; a zero-shot fusion
+    # gives the counts no weight (they are not among its features)
+    ds = load_processed(ws.processed, splits=("trn", *splits))
+    counts = np.zeros(len(ds.label_texts)) if zero_shot else np.asarray(ds.trn.Y.sum(0)).ravel()
+
+    def base_topk(split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+        tops = [TopK.load(base_ws.predictions(b) / f"{split}_topk.npz") for b in bases]
+        return [(t.scores, t.indices) for t in tops]
+
+    ensemble = len(bases) > 1
+    t0 = time.perf_counter()
+    ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"],
+                          cased_names=names_cfg["cased_names"], members=bases if ensemble else None)
+    table = ranker.table_many(ds.val.texts, base_topk("val"))
+    folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
+    chosen: dict[str, Any] = {}
+
+    def fit(rows: np.ndarray):
+        if zero_shot:
+            return choose_zero_shot_fusion(table, ds.val.Y, rows, zs["method_weight"], zs["matched_bonus"],
+                                           zs["precision_k"])
+        return fit_supervised_fusion(cfg, table, ds.val.Y, rows, ranker.features), {}
+
+    cross, infos = cross_fitted_scores(table, folds, fit)
+    chosen.update(infos)
+    ranker.weights, info = fit(np.arange(len(ds.val)))
+    if info:
+        chosen["all"] = info
+    fit_seconds = time.perf_counter() - t0
+    predictions: dict[str, TopK] = {}
+    D, I = top_k(table, cross, len(ds.val), k)
+    predictions["val"] = TopK(I.astype(np.int32), D)
+    rank_seconds = None
+    if "tst" in splits:
+        t0 = time.perf_counter()
+        D, I = ranker.rank_many(ds.tst.texts, base_topk("tst"), k)
+        rank_seconds = time.perf_counter() - t0
+        predictions["tst"] = TopK(I.astype(np.int32), D)
+    timings = [read_json(base_ws.predictions(b) / "timing.json") if (base_ws.predictions(b) / "timing.json").is_file()
+               else {} for b in bases]
+    # a hybrid costs what its bases cost together, plus the fusion
+    base_train = sum(float(t.get("train_seconds", 0.0)) for t in timings)
+    base_predict = sum(float(t.get("predict_seconds") or 0.0) for t in timings)
+    summary = {"train_seconds": round(base_train + fit_seconds, 2), "fusion_fit_seconds": round(fit_seconds, 2),
+               "predict_seconds": (round(base_predict + rank_seconds, 2) if rank_seconds is not None else None),
+               "splits": list(splits), "predictor": "hybrid",
+               **({"members": bases} if ensemble else {"base": bases[0]}),
+               "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
+               "fusion": ranker.weights.describe(), "cross_fit_folds": cfg["cross_fit_folds"],
+               "zero_shot": zero_shot, **({"chosen_on_validation": chosen} if chosen else {})}
+    for split, top in predictions.items():
+        top.save(ws.predictions(name) / f"{split}_topk.npz")
+    write_json(ws.predictions(name) / "timing.json", summary)
+    metrics = {split: write_evaluation(ws, name, split, evaluate_split(top, ds, split, params), params, summary)
+               for split, top in predictions.items()}
+    with atomic_dir(ws.package(name)) as tmp:
+        sources = {b: base_ws.package(b) for b in bases}
+        section = HybridPredictor.build(sources if ensemble else sources[bases[0]], tmp, ds.label_texts,
+                                        {"ranker": ranker, "base_k": k})
+        finish_package(tmp, section, name=name, method="hybrid",
+                       label_uids=ds.label_uids, label_texts=ds.label_texts,
+                       params={"bases": bases, "fusion": "zero_shot" if zero_shot else cfg["fusion"],
+                               "hybrid": cfg, "label_names": names_cfg},
+                       dataset=dataset_record(ws, ds), training=training_record(summary),
+                       metrics={s: {k_: v for k_, v in m.items() if k_ != "ci95"} for s, m in metrics.items()})
+    d = summary["fusion"]
+    log.info("fused %s with label names into %s: %.1f candidates per text, %s fusion %s", " + ".join(bases), name,
+             summary["candidates_per_text"], d["kind"],
+             kv(dict(zip(d["features"], d["weights"])), 3) if "weights" in d else f"of {d['n_trees']} trees")
+    return summary
+
+
+__all__ = ["cross_fitted_scores", "fit_supervised_fusion", "fuse", "validation_folds"]

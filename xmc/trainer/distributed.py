@@ -1,0 +1,159 @@
+"""Data-parallel training of the one trainer on ``torch.distributed`` (gloo on CPU, NCCL on GPUs).
+
+Every rank draws the same global batch and candidate pool (samplers are seeded by (seed, epoch, step), not by
+rank). What is split is the encoding: each rank encodes its contiguous share of every text list the encoder sees
+(queries and pool labels, in training and in the ANN refresh), and the shares are all-gathered *with their
+gradients*, so each rank holds the global query and label vectors. The objective then scores the global batch on
+every rank — cross-device negatives: the in-batch, hard-negative and all-label pools are the global ones (DEXML
+§3) — and the trainer backpropagates ``loss / world``. The gather's backward hands each rank the gradient of its
+own share (summed over ranks), so after one all-reduce (sum) of every parameter gradient, dense and sparse alike,
+each rank holds exactly the single-process gradient and takes the same optimiser step: parameters stay equal
+without broadcasting them. Parts computed on every rank (a classifier table scored on the pool) get ``1/world`` of
+their gradient per rank, which the sum restores.
+
+Launch: ``torchrun --nproc_per_node N -m stages.train <run>`` (``stages.train`` does it itself when the run's
+``train.distributed.nproc_per_node`` > 1). Rank 0 writes checkpoints, logs, the live record and the model.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from xmc.parallel import DistContext, context, init_from_env, initialised_context
+
+
+def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
+    """Contiguous share ``[lo, hi)`` of ``n`` items for ``rank`` (the first ``n % world`` ranks take one more)."""
+    base, extra = divmod(n, world)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+def gather_rows(local: torch.Tensor, n: int, world: int) -> torch.Tensor:
+    """All ranks' shares of an ``n``-row tensor, in rank order, with gradients flowing back to each share."""
+    import torch.distributed as dist
+    import torch.distributed.nn.functional as dfn
+
+    rows = -(-n // world)   # all_gather needs equal shapes: pad each share to ceil(n / world) rows
+    pad = rows - local.shape[0]
+    padded = torch.cat([local, local.new_zeros((pad, *local.shape[1:]))]) if pad else local
+    if torch.is_grad_enabled() and padded.requires_grad:
+        parts = dfn.all_gather(padded)
+    else:
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded.contiguous())
+    out = []
+    for r, part in enumerate(parts):
+        lo, hi = shard_bounds(n, world, r)
+        out.append(part[: hi - lo])
+    return torch.cat(out)
+
+
+class ShardedForward:
+    """Replaces an encoder's ``forward`` for the run: this rank encodes its share, the shares are gathered."""
+
+    def __init__(self, encoder: nn.Module, ctx: DistContext) -> None:
+        self.encoder, self.ctx = encoder, ctx
+        self.inner: Callable[..., torch.Tensor] = encoder.forward
+
+    local = False   # True inside :func:`encode_locally`: this rank encodes what it is given, nothing is gathered
+
+    def __call__(self, texts: list[str], side: str = "query") -> torch.Tensor:
+        n = len(texts)
+        if n == 0 or self.local:
+            return self.inner(texts, side)
+        lo, hi = shard_bounds(n, self.ctx.world, self.ctx.rank)
+        if hi > lo:
+            local = self.inner(list(texts[lo:hi]), side)
+        else:   # fewer texts than ranks: an empty share of the right width
+            local = self.inner(list(texts[:1]), side)[:0]
+        return gather_rows(local, n, self.ctx.world)
+
+
+def shard_encoders(model: nn.Module, ctx: DistContext) -> list[nn.Module]:
+    """Every text encoder inside ``model`` encodes shards and gathers (see the module doc); returns them."""
+    from xmc.encoders.base import TextEncoder
+
+    encoders = [m for m in model.modules() if isinstance(m, TextEncoder)]
+    for enc in encoders:
+        if not isinstance(enc.forward, ShardedForward):
+            enc.forward = ShardedForward(enc, ctx)   # instance attribute: nn.Module.__call__ finds it
+    return encoders
+
+
+class encode_locally:
+    """Within it, the model's sharded encoders encode only what this rank passes them (its own label slice in the
+    label-sharded all-labels step), with no gather."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.forwards = [m.forward for m in model.modules() if isinstance(getattr(m, "forward", None), ShardedForward)]
+
+    def __enter__(self) -> None:
+        for f in self.forwards:
+            f.local = True
+
+    def __exit__(self, *exc: object) -> None:
+        for f in self.forwards:
+            f.local = False
+
+
+def all_reduce_gradients(params: list[nn.Parameter], ctx: DistContext) -> None:
+    """Sum every parameter's gradient over the ranks (sparse gradients as sparse tensors). Rows of a label-sharded
+    table (``label_sharded``, :mod:`xmc.trainer.label_table`) already hold their whole gradient and stay local."""
+    import torch.distributed as dist
+
+    params = [p for p in params if not getattr(p, "label_sharded", False)]
+    dense = [p.grad for p in params if p.grad is not None and not p.grad.is_sparse]
+    if dense:
+        flat = torch.cat([g.reshape(-1) for g in dense])   # one collective for all dense gradients
+        dist.all_reduce(flat)
+        offset = 0
+        for g in dense:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
+    for p in params:
+        if p.grad is not None and p.grad.is_sparse:
+            p.grad = _sum_sparse(p.grad.coalesce(), ctx)
+
+
+def _sum_sparse(g: torch.Tensor, ctx: DistContext) -> torch.Tensor:
+    """The sum over ranks of a sparse COO gradient: every rank's (rows, values) gathered (padded to the largest
+    count) and added up; only the rows some rank touched travel, never the whole table."""
+    import torch.distributed as dist
+
+    idx, val = g.indices(), g.values()
+    counts = [torch.zeros(1, dtype=torch.long, device=idx.device) for _ in range(ctx.world)]
+    dist.all_gather(counts, torch.tensor([idx.shape[1]], dtype=torch.long, device=idx.device))
+    m = int(max(c.item() for c in counts))
+    pad_i = torch.cat([idx, idx.new_zeros((idx.shape[0], m - idx.shape[1]))], 1)
+    pad_v = torch.cat([val, val.new_zeros((m - val.shape[0], *val.shape[1:]))])
+    all_i = [torch.empty_like(pad_i) for _ in range(ctx.world)]
+    all_v = [torch.empty_like(pad_v) for _ in range(ctx.world)]
+    dist.all_gather(all_i, pad_i.contiguous())
+    dist.all_gather(all_v, pad_v.contiguous())
+    n = [int(c.item()) for c in counts]
+    return torch.sparse_coo_tensor(torch.cat([a[:, :k] for a, k in zip(all_i, n)], 1),
+                                   torch.cat([v[:k] for v, k in zip(all_v, n)]), g.shape).coalesce()
+
+
+def all_equal(values: list[int], ctx: DistContext) -> bool:
+    """Whether every rank holds the same integers."""
+    import torch.distributed as dist
+
+    t = torch.tensor(values, dtype=torch.long)
+    lo, hi = t.clone(), t.clone()
+    dist.all_reduce(lo, op=dist.ReduceOp.MIN)
+    dist.all_reduce(hi, op=dist.ReduceOp.MAX)
+    return bool(torch.equal(lo, hi))
+
+
+def barrier(ctx: DistContext) -> None:
+    import torch.distributed as dist
+
+    if ctx.active and dist.is_initialized():
+        dist.barrier()
+

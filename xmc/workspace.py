@@ -1,0 +1,94 @@
+"""Where a pipeline's files live: one object instead of path strings spread over the stages.
+
+The product pipeline works in the repository root; ``xmc train`` in a scratch folder of its own; the lab keeps its
+outputs under ``lab/`` and reads the product's data and features (``data_root``). Every stage and library function
+takes a :class:`Workspace`, so the same code writes each layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """``root``: where models, packages, predictions, metrics and reports go; ``data_root``: where the processed data
+    and the features are (default: ``root``)."""
+
+    root: Path = Path(".")
+    data_root: Path | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+        if self.data_root is not None:
+            object.__setattr__(self, "data_root", Path(self.data_root))
+
+    @property
+    def data(self) -> Path:
+        return self.data_root if self.data_root is not None else self.root
+
+    # ---- data and features (ingest, tfidf, graph, maclr_pseudo_pairs) ----------------------------
+    @property
+    def processed(self) -> Path:
+        return self.data / "data" / "processed"
+
+    @property
+    def tfidf(self) -> Path:
+        return self.data / "data" / "tfidf"
+
+    @property
+    def graph(self) -> Path:
+        return self.data / "data" / "graph"
+
+    @property
+    def anchor_sets(self) -> Path:
+        """RAMEN's anchor sets after the random walk (what training reads)."""
+        return self.graph / "augmented"
+
+    @property
+    def maclr_pairs(self) -> Path:
+        return self.data / "data" / "maclr_pairs"
+
+    @property
+    def validation_reports(self) -> Path:
+        return self.data / "reports" / "validation"
+
+    # ---- per run -----------------------------------------------------------------------------------
+    def plan(self, run: str) -> Path:
+        return self.root / "plans" / f"{run}.json"
+
+    def model(self, run: str) -> Path:
+        return self.root / "models" / run
+
+    def checkpoints(self, run: str) -> Path:
+        return self.root / "checkpoints" / run
+
+    def training_record(self, run: str) -> Path:
+        """The live training record (DVCLive) of a run."""
+        return self.root / "plots" / "train" / run
+
+    def package(self, name: str) -> Path:
+        return self.root / "packages" / name
+
+    def predictions(self, name: str) -> Path:
+        return self.root / "predictions" / name
+
+    def metrics(self, name: str, split: str) -> Path:
+        """Test metrics in ``metrics/`` (what ``dvc metrics show`` reads), validation ones in ``metrics_val/``."""
+        return self.root / ("metrics_val" if split == "val" else "metrics") / f"{name}.json"
+
+    def contributions(self, name: str, split: str) -> Path:
+        """Per-instance metric terms (paired tests)."""
+        return self.root / "evaluation" / split / f"{name}.npz"
+
+    def curves(self, name: str) -> Path:
+        """P@k / R@k curves and recall by label frequency (test split)."""
+        return self.root / "plots" / "eval" / name
+
+    @property
+    def reports(self) -> Path:
+        return self.root / "reports"
+
+
+__all__ = ["Workspace"]
