@@ -20,7 +20,7 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 # (.gitignore and .dvcignore leave __pycache__ out of git and of the stages' dependency hashes).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup run select seeds ablations test repro report clean-outputs push pull serve scale-bench
+.PHONY: setup run lab select seeds ablations test report push pull serve scale-bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -78,25 +78,32 @@ MODEL ?= astra
 serve: setup
 	$(BIN)/xmc serve $(MODEL)
 
-# Every hand-picked setting decided on the validation split: the candidates of params `selection`
-# (the default runs are shared with `make run`) -> reports/selection.{md,html,json}.
+# The lab (lab/dvc.yaml, lab/params.yaml): selection candidates, the papers' ablations, other training seeds and the
+# rows the product dropped, each trained and evaluated on the product's data, and their reports in lab/reports/
+# (hours on 2 cores; it reads the product's outputs, so it runs `make run`'s stages first where they are missing).
+lab: setup
+	$(BIN)/dvc repro lab/dvc.yaml
+	@echo
+	@cat lab/reports/selection.md | head -40
+	@echo "Reports: lab/reports/selection.md, lab/reports/ablations.md, lab/reports/seeds.md"
+
+# Every hand-picked setting decided on the validation split -> lab/reports/selection.{md,html,json}
 select: setup
-	$(BIN)/dvc repro selection
+	$(BIN)/dvc repro lab/dvc.yaml:selection
 	@echo
-	@cat reports/selection.md
+	@cat lab/reports/selection.md
 
-# Seed variation: the bag-of-words methods retrained from two more seeds (params seed_runs) -> reports/seeds.md
-# (about 15 more minutes on 2 cores after make run).
-seeds: setup
-	$(BIN)/dvc repro report_seeds
-	@echo
-	@cat reports/seeds.md
-
-# The paper ablations on top of the main pipeline (24 runs: 41 min on 2 cores after `make run`).
+# The papers' ablations, each against its control, and the rows the product dropped -> lab/reports/ablations.*
 ablations: setup
-	$(BIN)/dvc repro report report_ablations
+	$(BIN)/dvc repro lab/dvc.yaml:report_ablations
 	@echo
-	@cat reports/ablations.md
+	@cat lab/reports/ablations.md
+
+# Seed variation of the bag-of-words methods -> lab/reports/seeds.md
+seeds: setup
+	$(BIN)/dvc repro lab/dvc.yaml:report_seeds
+	@echo
+	@cat lab/reports/seeds.md
 
 # test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay together, they share fixtures),
 # in tests/conftest.py's order: the slowest files first (--no-loadscope-reorder keeps that order)
@@ -104,11 +111,11 @@ TEST_WORKERS ?= 2
 test: setup
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# the pipeline's cost curve on synthetic data, 10^4 to 10^6 labels (hours; not part of run or test):
-# bench/scale.json, bench/scale.png. SIZES=1e4,1e5 for a shorter curve
+# the pipeline's cost curve on synthetic data, 10^4 to 10^6 labels (hours; a lab benchmark, not part of run or
+# test): lab/bench/scale.json, lab/bench/scale.png. SIZES=1e4,1e5 for a shorter curve
 SIZES ?= 1e4,1e5,1e6
 scale-bench: setup
-	$(BIN)/python -m bench.scale --sizes $(SIZES)
+	$(BIN)/python -m lab.bench.scale --sizes $(SIZES)
 
 report: setup
 	@cat reports/comparison.md

@@ -11,6 +11,8 @@ from __future__ import annotations
 import html
 from typing import Any
 
+from lab.config import SelectionConfig
+from xmc.config.schema import filled
 from xmc.errors import ConfigError
 from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap, paired_over_seeds
 
@@ -174,8 +176,6 @@ def select_all(
 ) -> dict[str, Any]:
     """Every choice of params ``selection`` (partial: the schema's defaults fill the rest) plus the settings used:
     the content of reports/selection.json."""
-    from xmc.config.schema import SelectionConfig, filled
-
     selection = filled(SelectionConfig, selection, "selection")
     metric, alpha = selection["metric"], selection["alpha"]
     choices = []

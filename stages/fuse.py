@@ -1,8 +1,8 @@
 """Fuse runs with the label-name matches -> packages/<hybrid>/ with its predictions and metrics (xmc.package.fuse).
 
-Usage: ``python -m stages.fuse <hybrid>`` for each hybrid of params ``hybrids`` (its base run's top-k ∪ the
+Usage: ``python -m stages.fuse <hybrid>`` for each hybrid of params ``hybrids``: its base run's top-k ∪ the
 labels named in the text, re-scored by a fusion fit on validation, or chosen there without training labels for
-``fusion: zero_shot``); ``python -m stages.fuse --ensemble``: the members of params ``ensemble`` under one fusion.
+``fusion: zero_shot``.
 """
 
 from __future__ import annotations
@@ -20,14 +20,8 @@ def main() -> None:
     args = sys.argv[1:]
     params = load_params()
     set_threads()
-    if args == ["--ensemble"]:
-        ens = params["ensemble"]
-        if not ens["members"]:
-            raise ConfigError("params.yaml: ensemble.members is empty (no ensemble to fuse)")
-        fuse(params, ens["name"], list(ens["members"]), Workspace())
-        return
     if len(args) != 1:
-        raise ConfigError("usage: python -m stages.fuse <hybrid> | python -m stages.fuse --ensemble")
+        raise ConfigError("usage: python -m stages.fuse <hybrid>")
     hybrids = params["hybrids"]
     if args[0] not in hybrids:
         raise ConfigError(f"params.yaml: {args[0]!r} is not under hybrids (have: {', '.join(hybrids)})")

@@ -1,4 +1,4 @@
-"""Report: every run, the linear peer, the hybrids and the ensemble of params.yaml -> reports/comparison.{md,html},
+"""Report: every run, the linear peer and the hybrids of params.yaml -> reports/comparison.{md,html},
 reports/paired.json, reports/plots.html and reports/figures/ (xmc.report).
 
 Each metric cell carries its 95 % bootstrap interval (``ci95`` of metrics/<name>.json); params ``report.paired``

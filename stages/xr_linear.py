@@ -6,8 +6,8 @@ scipy < 1.14, so it cannot share the main environment)::
     .venv-pecos/bin/python -m stages.xr_linear train <run>               -> models/<run>/
     .venv-pecos/bin/python -m stages.xr_linear predict <run> [val] [tst] -> predictions/<run>/{split}_topk.npz + timing
 
-The product's run is ``xr_linear`` (params ``xr_linear``); the lab runs its variants through the same functions
-with their own settings. Training reads the training split's TF-IDF rows (``data/tfidf/X_trn.npz``, the
+The runs are params ``xr_linear`` (name -> settings: the product's is ``xr_linear``); the lab runs its variants
+through the same functions with their own settings. Training reads the training split's TF-IDF rows (``data/tfidf/X_trn.npz``, the
 vectoriser fit on training and label texts) and its label matrix; prediction transforms the texts of the splits
 named with the same saved vectoriser, as the TF-IDF baselines do (``xmc.peers.xr_linear``).
 """
@@ -32,7 +32,7 @@ from xmc.predictions import run_and_splits
 from xmc.workspace import Workspace
 
 log = logging.getLogger("stages.xr_linear")
-USAGE = "python -m stages.xr_linear train xr_linear | predict xr_linear [val] [tst]"
+USAGE = "python -m stages.xr_linear train <run> | predict <run> [val] [tst]"
 
 
 def train(params: dict[str, Any], cfg: dict[str, Any], run: str, ws: Workspace) -> dict[str, Any]:
@@ -80,12 +80,15 @@ def predict(params: dict[str, Any], cfg: dict[str, Any], run: str, splits: tuple
 def main() -> None:
     argv = sys.argv[1:]
     params = load_params()
-    cfg = params["xr_linear"]
-    if cfg is None:
-        raise ConfigError("params.yaml: xr_linear is null (no linear peer to run)")
-    if argv == ["train", "xr_linear"]:
-        train(params, cfg, "xr_linear", Workspace())
-    elif argv[:2] == ["predict", "xr_linear"]:
+    if len(argv) < 2 or argv[0] not in ("train", "predict"):
+        raise ConfigError(f"usage: {USAGE}")
+    run = argv[1]
+    if run not in params["xr_linear"]:
+        raise ConfigError(f"params.yaml: {run!r} is not under xr_linear (have: {', '.join(params['xr_linear']) or 'none'})")
+    cfg = params["xr_linear"][run]
+    if argv[0] == "train" and len(argv) == 2:
+        train(params, cfg, run, Workspace())
+    elif argv[0] == "predict":
         run, splits = run_and_splits(argv[1:], USAGE)
         predict(params, cfg, run, splits, Workspace())
     else:

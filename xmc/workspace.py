@@ -14,15 +14,18 @@ from pathlib import Path
 @dataclass(frozen=True)
 class Workspace:
     """``root``: where models, packages, predictions, metrics and reports go; ``data_root``: where the processed data
-    and the features are (default: ``root``)."""
+    and the features are (default: ``root``); ``checkpoint_root``: where resumable checkpoints go (default:
+    ``root``; the lab keeps them outside each run's results)."""
 
     root: Path = Path(".")
     data_root: Path | None = None
+    checkpoint_root: Path | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "root", Path(self.root))
-        if self.data_root is not None:
-            object.__setattr__(self, "data_root", Path(self.data_root))
+        for name in ("root", "data_root", "checkpoint_root"):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, Path(value))
 
     @property
     def data(self) -> Path:
@@ -62,7 +65,7 @@ class Workspace:
         return self.root / "models" / run
 
     def checkpoints(self, run: str) -> Path:
-        return self.root / "checkpoints" / run
+        return (self.checkpoint_root or self.root / "checkpoints") / run
 
     def training_record(self, run: str) -> Path:
         """The live training record (DVCLive) of a run."""

@@ -27,27 +27,22 @@ def validate_params(raw: Any) -> dict[str, Any]:
     return p
 
 
-PRODUCT_ROWS_WITHOUT_PACKAGE = ("xr_linear",)   # the linear peer runs in its own environment (libpecos)
-
-
 def product_names(p: dict[str, Any]) -> list[str]:
-    """Every prediction the product pipeline writes, in report order: runs, the linear peer, hybrids, the ensemble."""
-    names = list(p["runs"])
-    if p.get("xr_linear") is not None:
-        names.append("xr_linear")
-    names += list(p["hybrids"])
-    if p["ensemble"]["members"]:
-        names.append(p["ensemble"]["name"])
-    return names
+    """Every prediction the product pipeline writes, in report order: the runs, the linear peer's, the hybrids."""
+    return [*p["runs"], *p["xr_linear"], *p["hybrids"]]
 
 
 def product_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
-    """Names that point at runs must name one: a hybrid's base, the ensemble's members, the paired tests, the
-    training figures and the runs the registry promotes."""
+    """Names must be distinct, and names that point at runs must name one: a hybrid's base, the paired tests, the
+    training figures and the packages the registry promotes."""
     out: list[tuple[tuple[Any, ...], str]] = []
     runs = set(p["runs"])
     names = product_names(p)
-    taken = set(p["runs"]) | ({"xr_linear"} if p.get("xr_linear") is not None else set())
+    taken = set(p["runs"])
+    for name in p["xr_linear"]:
+        if name in taken:
+            out.append((("xr_linear", name), f"{name!r} is already the name of a run"))
+    taken |= set(p["xr_linear"])
 
     def near(name: str, pool: set[str] | list[str]) -> str:
         close = difflib.get_close_matches(str(name), sorted(pool), n=1, cutoff=0.6)
@@ -58,15 +53,6 @@ def product_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
             out.append((("hybrids", name), f"{name!r} is already the name of a run"))
         if h["base"] not in runs:
             out.append((("hybrids", name, "base"), f"{h['base']!r} is not a run under runs{near(h['base'], runs)}"))
-    ens = p["ensemble"]
-    if ens["members"]:
-        if len(ens["members"]) < 2 or len(set(ens["members"])) != len(ens["members"]):
-            out.append((("ensemble", "members"), "an ensemble fuses two or more distinct runs"))
-        for i, m in enumerate(ens["members"]):
-            if m not in runs:
-                out.append((("ensemble", "members", i), f"{m!r} is not a run under runs{near(m, runs)}"))
-        if ens["name"] in taken or ens["name"] in p["hybrids"]:
-            out.append((("ensemble", "name"), f"{ens['name']!r} is already the name of another prediction"))
     for i, pair in enumerate(p["report"]["paired"]):
         for name in pair:
             if name not in names:
@@ -76,6 +62,6 @@ def product_references(p: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
             if name not in runs:
                 out.append((("report", "training_families", title), f"{name!r} is not a run{near(name, runs)}"))
     for i, name in enumerate(p["registry"]["promote"]):
-        if name not in names or name in PRODUCT_ROWS_WITHOUT_PACKAGE:
+        if name not in names or name in p["xr_linear"]:
             out.append((("registry", "promote", i), f"{name!r} is not a packaged run or hybrid{near(name, names)}"))
     return out

@@ -555,13 +555,6 @@ class ZeroShotFusionConfig(Section):
     precision_k: Annotated[int, Field(ge=1, le=100)] = 5   # chosen by validation P@k
 
 
-class EnsembleFusionConfig(Section):
-    """The ensemble hybrid: the member runs' top-k lists ∪ label-name matches under one fusion."""
-
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.-]+_hybrid$")] = "ensemble_hybrid"   # its prediction name
-    members: list[str] = []            # runs fused together ([] = no ensemble)
-
-
 class BoostedTreesFusionConfig(Section):
     """The boosted-trees fusion: scikit-learn HistGradientBoostingClassifier settings (binary log-loss)."""
 
@@ -697,7 +690,7 @@ class EncodeCacheConfig(Section):
 
 class ParamsConfig(Section):
     """The product's ``params.yaml``. ``runs`` map a name to a method and its overrides (checked against the
-    method's run schema by :mod:`xmc.config.runs`); ``hybrids`` and ``ensemble`` fuse runs with the label names."""
+    method's run schema by :mod:`xmc.config.runs`); ``hybrids`` fuse a run with the label names."""
 
     data: DataConfig
     validate_: ValidateConfig = Field(ValidateConfig(), alias="validate")
@@ -707,9 +700,9 @@ class ParamsConfig(Section):
     graph: GraphConfig = Field(default_factory=lambda: GraphConfig(wordnet=WordnetGraph(enabled=False)))
     runs: dict[str, dict[str, Any] | None] = {}
     hybrids: dict[str, HybridEntry] = {}
-    ensemble: EnsembleFusionConfig = EnsembleFusionConfig()
     hybrid: HybridConfig = HybridConfig()
-    xr_linear: XrLinearRunConfig | None = None   # the linear peer (PECOS XR-Linear, own environment); null = none
+    # the linear peer (PECOS XR-Linear, in its own environment): run name -> its settings ({} = none)
+    xr_linear: dict[str, XrLinearRunConfig] = {}
     evaluate: EvaluateConfig = EvaluateConfig()
     index: IndexConfig = IndexConfig()
     encode_cache: EncodeCacheConfig = EncodeCacheConfig()

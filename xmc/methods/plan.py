@@ -55,7 +55,7 @@ def _import_nodes(tree: ast.Module, in_functions: bool) -> list[ast.AST]:
 
 
 def _imports(path: Path, module: str) -> set[str]:
-    """The ``xmc`` / ``stages`` modules a source file imports: at module level, and inside functions too except in
+    """The ``xmc`` / ``stages`` / ``lab`` modules a source file imports: at module level, and inside functions too except in
     a package's ``__init__.py`` (whose functions import on demand what the package's users ask for: ``xmc.load``,
     ``xmc.train``)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -72,7 +72,7 @@ def _imports(path: Path, module: str) -> set[str]:
                 mod = node.module or ""
             out.add(mod)
             out.update(f"{mod}.{a.name}" for a in node.names)   # a name may be a submodule
-    return {m for m in out if m.split(".")[0] in ("xmc", "stages")}
+    return {m for m in out if m.split(".")[0] in ("xmc", "stages", "lab")}
 
 
 @functools.lru_cache(maxsize=None)

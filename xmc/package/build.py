@@ -245,9 +245,10 @@ def _predict_and_score(ws: Workspace, name: str, predictor: Predictor, ds: XMCDa
 
 def package_run(params: dict[str, Any], name: str, ws: Workspace, model_dir: Path | None = None,
                 splits: tuple[str, ...] = PREDICTED_SPLITS, chunk: int = 8192, run_params: dict[str, Any] | None = None,
-                ds: XMCDataset | None = None) -> dict[str, Any]:
+                ds: XMCDataset | None = None, options: dict[str, Any] | None = None) -> dict[str, Any]:
     """The package of trained model ``model_dir`` (default ``ws.model(name)``) -> ``ws.package(name)``, with its
-    predictions of ``splits`` and their metrics; returns the manifest."""
+    predictions of ``splits`` and their metrics; returns a summary (predictor section, metrics, timing).
+    ``options``: more predictor options (``space``: a UniDEC model's retrieval space)."""
     model_dir = model_dir or ws.model(name)
     info = model_info(model_dir)
     config = run_params if run_params is not None else info.get("config") or {}
@@ -256,7 +257,7 @@ def package_run(params: dict[str, Any], name: str, ws: Workspace, model_dir: Pat
     ds = ds or load_processed(ws.processed, splits=("trn", *splits))
     k = int(params["evaluate"]["top_k"])
     summary = training_summary(model_dir)
-    options = predictor_options(params, ds, config)
+    options = {**predictor_options(params, ds, config), **(options or {})}
     mode = _shortlist_mode(params, kind, len(ds.label_texts))
     t0 = time.perf_counter()
     with atomic_dir(ws.package(name)) as tmp:

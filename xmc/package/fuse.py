@@ -72,11 +72,12 @@ def cross_fitted_scores(table: Any, folds: np.ndarray, fit: Any) -> tuple[np.nda
 
 
 def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zero_shot: bool = False,
-         splits: tuple[str, ...] = PREDICTED_SPLITS, base_ws: Workspace | None = None) -> dict[str, Any]:
+         splits: tuple[str, ...] = PREDICTED_SPLITS, base_ws: Workspace | None = None,
+         with_package: bool = True) -> dict[str, Any]:
     """Fuse the runs ``bases`` (one run, or an ensemble's members) with the label-name matches into the hybrid
-    ``name``: its package (the bases' predictors as hard links + the fusion), its predictions and metrics of
-    ``splits`` (``val`` at least: the fusion is fit there). ``base_ws``: where the bases' packages and predictions
-    are (default ``ws``; the lab fuses the product's runs)."""
+    ``name``: its package (the bases' predictors as hard links + the fusion; ``with_package`` False: none, for bases
+    whose packages are not kept), its predictions and metrics of ``splits`` (``val`` at least: the fusion is fit
+    there). ``base_ws``: where the bases' packages and predictions are (default ``ws``)."""
     base_ws = base_ws or ws
     cfg, names_cfg = params["hybrid"], params["label_names"]
     k = params["evaluate"]["top_k"]
@@ -143,6 +144,12 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     write_json(ws.predictions(name) / "timing.json", summary)
     metrics = {split: write_evaluation(ws, name, split, evaluate_split(top, ds, split, params), params, summary)
                for split, top in predictions.items()}
+    d = summary["fusion"]
+    log.info("fused %s with label names into %s: %.1f candidates per text, %s fusion %s", " + ".join(bases), name,
+             summary["candidates_per_text"], d["kind"],
+             kv(dict(zip(d["features"], d["weights"])), 3) if "weights" in d else f"of {d['n_trees']} trees")
+    if not with_package:
+        return summary
     with atomic_dir(ws.package(name)) as tmp:
         sources = {b: base_ws.package(b) for b in bases}
         section = HybridPredictor.build(sources if ensemble else sources[bases[0]], tmp, ds.label_texts,
@@ -153,10 +160,6 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
                                "hybrid": cfg, "label_names": names_cfg},
                        dataset=dataset_record(ws, ds), training=training_record(summary),
                        metrics={s: {k_: v for k_, v in m.items() if k_ != "ci95"} for s, m in metrics.items()})
-    d = summary["fusion"]
-    log.info("fused %s with label names into %s: %.1f candidates per text, %s fusion %s", " + ".join(bases), name,
-             summary["candidates_per_text"], d["kind"],
-             kv(dict(zip(d["features"], d["weights"])), 3) if "weights" in d else f"of {d['n_trees']} trees")
     return summary
 
 

@@ -1,0 +1,39 @@
+"""The lab's training plans: lab/plans/<run>.json for every lab run (xmc.methods.plan), as the product's plan stage.
+
+A lab run trains, predicts and is evaluated in one stage (lab/stages/run.py), so its plan covers the code of all
+three; a run that predicts with a product model (``from_model``) depends on that model's files instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from lab.config import LAB, load_lab
+from xmc.config import run_entry_point
+from xmc.io import atomic_dir
+from xmc.methods.plan import _sha256_tree, code_closure, run_plan
+from xmc.workspace import Workspace
+
+STAGE = "lab.stages.run"
+
+
+def main() -> None:
+    cfg = load_lab()
+    product, entries, specs = cfg["product"], cfg["entries"], cfg["specs"]
+    ws = Workspace()
+    code = {p.as_posix(): _sha256_tree(p) for p in code_closure(STAGE, "xmc.package.build")}
+    with atomic_dir(LAB / "plans") as tmp:
+        for name, entry in entries.items():
+            if entry["from_model"] is not None:
+                model = ws.model(entry["from_model"])
+                plan = {"run": name, "from_model": {model.as_posix(): _sha256_tree(model) if model.exists() else None}}
+            else:
+                plan = run_plan(product, specs[name], ws, stage=STAGE)
+            plan.update({"lab": entry, "predict_code": code, "settings_predict": {
+                k: product[k] for k in ("index", "evaluate")}})
+            (tmp / f"{name}.json").write_text(json.dumps(plan, indent=1, sort_keys=True, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    run_entry_point(main)
