@@ -68,10 +68,10 @@ run: setup
 # The model packages to and from the DVC remote (default: ../xmc-dvc-remote; see README "Registry"):
 # after `make pull` a fresh clone predicts without training.
 push: setup
-	$(BIN)/dvc push package fuse ensemble
+	$(BIN)/dvc push package fuse
 
 pull: setup
-	$(BIN)/dvc pull package fuse ensemble
+	$(BIN)/dvc pull package fuse
 
 # The HTTP service of one package (MODEL=astra by default) on 127.0.0.1:8000
 MODEL ?= astra

@@ -1,9 +1,12 @@
 """Batch-prediction flow: a model package and a file of texts -> top-k labels with scores as JSON lines.
 
 The model is a registry name (default params ``registry.serve``, the package holding ``prod``) or a package
-folder; prediction streams its input through the same predictor as ``xmc predict`` and the service. Input and
-output paths must lie under the repository's ``orchestration.allowed_paths``; a bad input file is a
-deterministic error and is not retried.
+folder under the repository's ``packages/``: ``astra`` is the workspace package ``packages/astra/``,
+``astra#prod`` / ``astra@v1.2.0`` a registered version (fetched into the package cache), ``packages/astra`` a
+folder. A name is never taken as a path: whatever it resolves to must be a package under ``packages/`` or a
+registered version. Prediction streams its input through the same predictor as ``xmc predict`` and the
+service. Input and output paths must lie under the repository's ``orchestration.allowed_paths``; a bad input
+file is a deterministic error and is not retried.
 """
 
 from __future__ import annotations
@@ -28,15 +31,32 @@ def _retry_unless_bad_input(task, task_run, state) -> bool:
     return True
 
 
+def model_folder(spec: str, repo: Path) -> Path:
+    """The package folder ``spec`` names, confined: a folder (``packages/astra``) must lie under the repository's
+    ``packages/``; a bare name resolves there only (never to a folder of the worker's working directory); a
+    version or stage is fetched from the registry into the package cache."""
+    from xmc.package.registry import PACKAGES_DIR, resolve
+
+    packages = (repo / PACKAGES_DIR).resolve()
+    if "/" in spec or spec.startswith("."):
+        path = (repo / spec).resolve()
+        if not path.is_relative_to(packages):
+            raise ParameterRefused(f"model {spec!r}: a package folder must be under {packages}")
+        return path
+    path = resolve(spec, repo, paths=False)
+    if "#" not in spec and "@" not in spec and not path.resolve().is_relative_to(packages):
+        raise ParameterRefused(f"model {spec!r} resolves to {path}, outside {packages}")
+    return path
+
+
 @task(name="predict", retries=1, retry_condition_fn=_retry_unless_bad_input)
 def predict_file(repo_dir: str, model: str, input_path: str, output_path: str, k: int, batch_size: int) -> int:
     from xmc.io import atomic_file
     from xmc.package import check_k, load
     from xmc.package.inputs import iter_input
-    from xmc.package.registry import resolve
 
     k = check_k(k)
-    pkg = load(resolve(model, repo_dir))
+    pkg = load(model_folder(model, Path(repo_dir)))
     for _ in iter_input(input_path):  # a bad line fails before anything is written
         pass
     n = 0
@@ -58,12 +78,11 @@ def xmc_batch_predict(input_path: str, output_path: str, model: str | None = Non
     src = confine_path(input_path, repo, roots, "input_path")
     dst = confine_path(output_path, repo, roots, "output_path")
     spec = model or params["registry"]["serve"]
-    if "/" in spec or spec.startswith("."):
-        # a package folder must lie inside the repository's packages/ (never an arbitrary path)
-        path = (repo / spec).resolve()
-        if not path.is_relative_to((repo / "packages").resolve()):
-            raise ParameterRefused(f"model {spec!r}: a package folder must be under {repo / 'packages'}")
-        spec = str(path)
+    if not isinstance(spec, str) or not spec.strip():
+        raise ParameterRefused(f"model {spec!r}: a package name (astra, astra#prod) or a folder under packages/")
+    spec = spec.strip()
+    if "#" not in spec and "@" not in spec:
+        model_folder(spec, repo)  # a folder or workspace name outside packages/ is refused before the task
     if Path(dst).resolve() == Path(src).resolve():
         raise ConfigError(f"{output_path}: the output would overwrite the input")
     n = predict_file(str(repo), spec, str(src), str(dst), k, int(params["serve"]["batch_size"]))

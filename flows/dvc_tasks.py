@@ -34,10 +34,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[str]:
-    """Stages (DVC addresses) in dependency order, from ``dvc dag --dot`` (restricted to ``targets`` and their
-    upstream). A target is an address, a stage name (``evaluate@astra``) or a stage group (``package``)."""
-    out = subprocess.run(_dvc() + ["dag", "--dot"], cwd=repo_dir, env=_env(), capture_output=True, text=True, check=True).stdout
+def stage_graph(repo_dir: str | Path) -> nx.DiGraph:
+    """The product pipeline's stages (the repository's root ``dvc.yaml``) and their dependencies, from
+    ``dvc dag --dot``. Stages of other ``dvc.yaml`` files in the repository (addresses ``<path>/dvc.yaml:<stage>``)
+    are left out: these flows reproduce the product pipeline only, and none of its stages depends on them."""
+    out = subprocess.run(_dvc() + ["dag", "--dot"], cwd=repo_dir, env=_env(), capture_output=True, text=True,
+                         check=True, timeout=600).stdout
     g = nx.DiGraph()
     for line in out.splitlines():
         line = line.strip().rstrip(";")
@@ -48,20 +50,53 @@ def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[
             g.add_node(line.strip('"'))
         elif line.startswith('"') and "[" in line:
             g.add_node(line.split("[")[0].strip().strip('"'))
+    return g.subgraph([n for n in g if ":" not in n]).copy()
+
+
+def _matches(g: nx.DiGraph, target: str) -> list[str]:
+    """The stages a target names: a stage (``package@astra``) or a group of foreach stages (``package``)."""
+    if target in g:
+        return [target]
+    matches = [n for n in g if n.split("@")[0] == target]
+    if not matches:
+        raise ValueError(f"unknown DVC stage {target!r}; stages: {sorted(g)}")
+    return matches
+
+
+def stage_order(repo_dir: str | Path, targets: list[str] | None = None) -> list[str]:
+    """The product pipeline's stages in dependency order (restricted to ``targets`` and their upstream).
+    A target is a stage name (``package@astra``) or a stage group (``package``: every ``package@<run>``)."""
+    g = stage_graph(repo_dir)
     if targets:
-        keep = set()
+        keep: set[str] = set()
         for t in targets:
-            if t not in g:
-                matches = ([n for n in g if stage_from_address(n) == t]
-                           or [n for n in g if stage_from_address(n).split("@")[0] == t])
-                if not matches:
-                    raise ValueError(f"unknown DVC stage {t!r}; stages: {sorted(g)}")
-            else:
-                matches = [t]
-            for m in matches:
+            for m in _matches(g, stage_from_address(t)):
                 keep |= {m} | nx.ancestors(g, m)
         g = g.subgraph(keep)
     return list(nx.lexicographical_topological_sort(g))
+
+
+def downstream_order(repo_dir: str | Path, stages: list[str]) -> list[str]:
+    """The stages that depend on any of ``stages`` (not those themselves), in dependency order."""
+    g = stage_graph(repo_dir)
+    below: set[str] = set()
+    for s in stages:
+        for m in _matches(g, stage_from_address(s)):
+            below |= nx.descendants(g, m)
+    below -= set(stages)
+    return list(nx.lexicographical_topological_sort(g.subgraph(below)))
+
+
+def package_stage(params: dict, name: str) -> str:
+    """The stage that builds package ``name`` (``packages/<name>/``): ``package@<run>`` for a run of params
+    ``runs``, ``fuse@<hybrid>`` for a hybrid of params ``hybrids``."""
+    if name in params["runs"]:
+        return f"package@{name}"
+    if name in params["hybrids"]:
+        return f"fuse@{name}"
+    why = " (the linear peer is reported, not packaged)" if name in params.get("xr_linear", {}) else ""
+    raise ValueError(f"{name!r} is not a packaged run or hybrid of params.yaml{why}; packages: "
+                     f"{', '.join([*params['runs'], *params['hybrids']]) or 'none'}")
 
 
 class StageInputError(RuntimeError):

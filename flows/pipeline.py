@@ -1,8 +1,10 @@
 """The pipeline flow: every DVC stage as a Prefect task, in DAG order.
 
-Heavy stages (training of every method, ``predict@*``) go to the GPU work pool when a deployment
-``xmc-stage/gpu`` exists and its pool has an online worker; otherwise they run in-process.
-Run locally (ephemeral Prefect server): ``python -m flows.pipeline [stage ...]``.
+The stages are those of the product pipeline (the root ``dvc.yaml``): ingest, validate, tfidf, graph,
+maclr_pseudo_pairs, plan, ``train@<run>``, ``package@<run>``, ``fuse@<hybrid>``, ``xr_linear@<run>``, report.
+The GPU-heavy ones (``train@*``: training; ``package@*``: the label encoding and index of a dense run) go to the
+GPU work pool when a deployment ``xmc-stage/gpu`` exists and its pool has an online worker; otherwise they run
+in-process. Run locally (ephemeral Prefect server): ``python -m flows.pipeline [stage ...]``.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from flows.guard import confine_name, confine_repo, repo_lock
 from xmc.config import load_params, set_offline_env
 from xmc.io import stage_from_address
 
-# every stage that trains or encodes with a neural encoder (the linear peer's stages run on the CPU worker)
-GPU_STAGE_PATTERNS = ("train@*", "train_*@*", "train_st_mnrl", "predict@*", "predict_unidec@*")
+# the stages that train or encode with a neural encoder; the others (features, fusion, the linear peer, the
+# report) run on the CPU worker
+GPU_STAGE_PATTERNS = ("train@*", "package@*")
 
 
 def _gpu_deployment_ready(name: str) -> bool:
@@ -57,9 +60,9 @@ def _run_on_gpu(stage: str, repo_dir: str, deployment: str, timeout: float) -> s
 @flow(name="xmc-pipeline", log_prints=True)
 def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
                  gpu_deployment: str | None = "xmc-stage/gpu", promote: bool = False) -> dict[str, Any]:
-    """Reproduce the DVC pipeline (or ``targets`` and their upstream), stage by stage, holding the
+    """Reproduce the product pipeline (or ``targets`` and their upstream), stage by stage, holding the
     repository's concurrency slot (a second scheduled run waits for this one). ``promote``: then push and
-    commit the packages and promote those of params ``registry.promote`` through the validation gate."""
+    commit the results and promote the packages of params ``registry.promote`` through the validation gate."""
     logger = get_run_logger()
     repo = confine_repo(repo_dir)
     targets = [confine_name(t, "target") for t in (targets or [])] or None
@@ -101,11 +104,7 @@ def publish_artifacts(repo: Path) -> None:
     report = repo / "reports" / "comparison.md"
     if report.exists():
         create_markdown_artifact(key="xmc-comparison", markdown=report.read_text(encoding="utf-8"),
-                                 description="Comparison table of every evaluated method")
-    ablations = repo / "reports" / "ablations.md"
-    if ablations.exists():
-        create_markdown_artifact(key="xmc-ablations", markdown=ablations.read_text(encoding="utf-8"),
-                                 description="The main methods and the papers' ablations")
+                                 description="Every run and hybrid: metrics with intervals, training and prediction seconds")
     validation = repo / "reports" / "validation" / "report.html"
     if validation.exists():
         create_link_artifact(key="xmc-data-validation", link=validation.as_uri(), link_text="Data-validation report")
@@ -116,8 +115,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--repo-dir", default=".")
     ap.add_argument("--no-gpu-pool", action="store_true")
-    ap.add_argument("targets", nargs="*", help="DVC stages to reproduce with their upstream (default: report, the "
-                    "main pipeline; add report_ablations for the ablations)")
+    ap.add_argument("targets", nargs="*", help="stages to reproduce with their upstream (default: report, the whole "
+                    "pipeline); a stage (package@astra) or a group (package)")
     args = ap.parse_args()
     print(xmc_pipeline(repo_dir=args.repo_dir, targets=args.targets or ["report"],
                        gpu_deployment=None if args.no_gpu_pool else "xmc-stage/gpu"))

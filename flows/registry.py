@@ -1,8 +1,10 @@
 """Registry flows: keep what the nightly run trained (DVC push + a git commit) and promote a package to the
 ``prod`` stage only when its validation metrics pass the gate (params ``registry``).
 
-The nightly deployment runs ``xmc_pipeline(targets=[report, package], promote=True)``, which ends with
-``xmc_promote``. Run locally: ``python -m flows.registry`` (push, commit and promote the current packages).
+The nightly deployment runs ``xmc_pipeline(targets=[report], promote=True)``, which ends with ``xmc_promote``.
+A package ``packages/<name>/`` is built by ``package@<run>`` or, for a hybrid, ``fuse@<hybrid>``; the packages the
+registry versions and promotes are the ``artifacts:`` of dvc.yaml. Run locally: ``python -m flows.registry``
+(push, commit and promote the current packages).
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 
-from flows.dvc_tasks import _dvc, _env
-from flows.guard import confine_repo
+from flows.dvc_tasks import _dvc, _env, package_stage
+from flows.guard import ParameterRefused, confine_name, confine_repo
 from xmc.config import load_params, set_offline_env
 
-PACKAGE_PIPELINE = "pipelines/package/dvc.yaml"  # the file of the package@<run> stages
-RESULT_PATHS = ("dvc.lock", "pipelines", "metrics", "metrics_val", "reports", "plots")
+# what the commit of a run keeps in git (the rest is in the DVC cache and remote, found through dvc.lock)
+RESULT_PATHS = ("dvc.lock", "metrics", "metrics_val", "reports", "plots/eval")
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -29,11 +31,14 @@ def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProc
 
 @task(name="keep-results", retries=2, retry_delay_seconds=30)
 def keep_results(repo_dir: str, artifacts: list[str], commit: bool = True) -> str | None:
-    """``dvc push`` the packages to the default remote, then commit the lock file and metrics (the registry's
-    versions are git commits). Returns the new commit, or None when nothing changed."""
+    """``dvc push`` the outputs of the stages that build the packages ``artifacts`` (``package@<run>`` /
+    ``fuse@<hybrid>``: the package, its predictions and evaluations) to the default remote, then commit the lock
+    file, metrics, reports and evaluation plots (the registry's versions are git commits). Returns the new
+    commit, or None when nothing changed."""
     repo = Path(repo_dir)
     logger = get_run_logger()
-    targets = [f"{PACKAGE_PIPELINE}:package@{a}" for a in artifacts]
+    params = load_params(repo / "params.yaml")
+    targets = [package_stage(params, a) for a in artifacts]
     p = subprocess.run(_dvc() + ["push", *targets], cwd=repo, env=_env(), capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"dvc push failed: {(p.stderr or p.stdout).strip().splitlines()[-1:]}")
@@ -46,6 +51,23 @@ def keep_results(repo_dir: str, artifacts: list[str], commit: bool = True) -> st
         return None
     _git(repo, "commit", "-q", "-m", "nightly: results and packages of the pipeline run")
     return _git(repo, "rev-parse", "HEAD").stdout.strip()
+
+
+def check_promotable(repo: Path, names: list[str]) -> None:
+    """Before anything is pushed or committed: each name is a package of the pipeline and an artifact of
+    dvc.yaml (the registry versions and promotes only those)."""
+    from xmc.package.registry import artifacts
+
+    params = load_params(repo / "params.yaml")
+    arts = artifacts(repo)
+    for n in names:
+        try:
+            package_stage(params, n)
+        except ValueError as e:
+            raise ParameterRefused(f"artifact {e}") from None
+        if n not in arts:
+            raise ParameterRefused(f"{n!r} is not an artifact of {repo / 'dvc.yaml'} (the registry versions and "
+                                   f"promotes only those: {', '.join(sorted(arts)) or 'none'}); add it under artifacts:")
 
 
 @task(name="promote")
@@ -61,10 +83,11 @@ def xmc_promote(repo_dir: str = ".", artifacts: list[str] | None = None, commit:
     ``registry.promote``) to ``registry.stage``."""
     repo = confine_repo(repo_dir)
     reg = load_params(repo / "params.yaml")["registry"]
-    names = list(artifacts or reg["promote"])
+    names = [confine_name(a, "artifact") for a in (artifacts or reg["promote"])]
     if not names:
         get_run_logger().info("no artifacts to promote (params registry.promote is empty)")
         return []
+    check_promotable(repo, names)
     keep_results(str(repo), names, commit)
     decisions = [promote_one(str(repo), n, reg["stage"], reg["gate"]) for n in names]
     lines = ["| artifact | promoted | version | reasons |", "|---|---|---|---|"]

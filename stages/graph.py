@@ -6,7 +6,7 @@ warning line."""
 from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
-from xmc.features import build_graph
+from xmc.features.graph import build_graph
 from xmc.workspace import Workspace
 
 

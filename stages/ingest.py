@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
-from xmc.features import ingest
+from xmc.features.ingest import ingest
 from xmc.workspace import Workspace
 
 

@@ -7,7 +7,7 @@ label-name view are all the zero-shot training stage reads.
 from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
-from xmc.features import build_maclr_pairs
+from xmc.features.maclr_pairs import build_maclr_pairs
 from xmc.workspace import Workspace
 
 

@@ -6,7 +6,7 @@ The test split is not read here: the predictors transform it with the saved vect
 from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
-from xmc.features import build_tfidf
+from xmc.features.tfidf import build_tfidf
 from xmc.workspace import Workspace
 
 

@@ -7,7 +7,7 @@ failed); warnings do not stop the pipeline. Training waits on ``gate.json``: the
 from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
-from xmc.features import validate
+from xmc.features.validation import validate
 from xmc.workspace import Workspace
 
 

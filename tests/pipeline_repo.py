@@ -15,9 +15,8 @@ from xmc.io import stage_from_address
 
 ROOT = Path(__file__).resolve().parents[1]
 SEMCOR = (ROOT / ".." / "shared" / "datasets" / "semcor-wn30").resolve()
-PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto",
-                 "bench/seed_studies"]
-PACKAGES = "pipelines/package/dvc.yaml"  # the package@<run> stages: `dvc repro PACKAGES` builds every package
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
+LAB_FILES = ["lab"]   # copied with lab=True: the lab reads the product, so a lab test needs both
 
 
 def env() -> dict[str, str]:
@@ -50,12 +49,16 @@ def set_param(repo: Path, dotted: str, value: Any) -> None:
 
 
 def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_docs: int = 1,
-              labels: str = "all", extra_params: dict[str, Any] | None = None) -> Path:
+              labels: str = "all", extra_params: dict[str, Any] | None = None, lab: bool = False) -> Path:
+    """A copy of the project (the lab too with ``lab``) on the first ``trn_docs`` / ``tst_docs`` documents of
+    ``dataset_dir``. ``extra_params``: dotted keys of params.yaml set after the copy (``runs``, ``hybrids`` and
+    ``xr_linear`` narrow the pipeline to what a test needs)."""
     dest.mkdir(parents=True, exist_ok=True)
-    for name in PROJECT_FILES:
+    for name in PROJECT_FILES + (LAB_FILES if lab else []):
         src = ROOT / name
         if src.is_dir():
-            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "dvc.lock"))
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns(
+                "__pycache__", "dvc.lock", "runs", "plans", "checkpoints", ".scale", ".sparse_dense"))
         else:
             shutil.copy2(src, dest / name)
     if (ROOT / ".venv-pecos").is_dir():  # the linear peer's environment (make setup), shared with the checkout
@@ -63,26 +66,28 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
     set_param(dest, "data.dataset_dir", str(dataset_dir))
     set_param(dest, "data.subsample", {"trn": trn_docs, "tst": tst_docs, "unit": "documents", "labels": labels})
     extra = dict(extra_params or {})
-    if "methods" in extra:
-        # a narrowed main report evaluates (test and validation) just those methods
-        extra.setdefault("reported", list(extra["methods"]))
-        extra.setdefault("validated", list(extra["methods"]))
-        # ... and packages just those of them that the default params package
+    if "runs" in extra:
+        # a narrowed pipeline: the hybrids, paired tests, figures and promoted packages of runs it keeps
+        runs = set(extra["runs"])
         defaults = yaml.safe_load((ROOT / "params.yaml").read_text())
-        extra.setdefault("packages", [k for k in defaults["packages"] if k in extra["methods"]])
-        extra.setdefault("registry.promote", [k for k in defaults["registry"]["promote"] if k in extra["packages"]])
+        extra.setdefault("hybrids", {h: e for h, e in defaults["hybrids"].items() if e["base"] in runs})
+        names = runs | set(extra["hybrids"]) | set(extra.get("xr_linear", defaults["xr_linear"]))
+        extra.setdefault("report.paired", [p for p in defaults["report"]["paired"] if set(p) <= names])
+        extra.setdefault("report.training_families", {})
+        extra.setdefault("registry.promote", [r for r in defaults["registry"]["promote"] if r in names])
     for k, v in extra.items():
         set_param(dest, k, v)
     run(["git", "init", "-q"], dest)
     run(["dvc", "init", "-q"], dest)
     run(["dvc", "config", "core.analytics", "false"], dest)
+    run(["dvc", "config", "--local", "cache.type", "hardlink,symlink,copy"], dest)   # as the Makefile sets it
     run(["git", "add", "-A"], dest)
     run(["git", "commit", "-qm", "init"], dest)
     return dest
 
 
 def stages_run(output: str) -> list[str]:
-    """The stages a ``dvc repro`` ran, by name (``pipelines/x/dvc.yaml:evaluate@m`` -> ``evaluate@m``)."""
+    """The stages a ``dvc repro`` ran, by name (``lab/dvc.yaml:run@m`` -> ``run@m``)."""
     return [stage_from_address(line.split("'")[1]) for line in output.splitlines()
             if line.startswith("Running stage '")]
 
@@ -124,3 +129,18 @@ def assert_packages_predict_like_the_pipeline(repo: Path, names: list[str], n: i
         assert (np.abs(np.where(finite, D, 0) - np.where(finite, S, 0))[moved] <= 1e-4).all(), name
         # a label moved only among equal scores: the same set at every cut that does not split a tie
         assert (np.sort(np.where(finite, I, -1), 1) == np.sort(np.where(finite, R, -1), 1)).mean() > 0.97, name
+
+
+def write_semcor_slice(d: Path, n_trn: int = 400, n_tst: int = 100, test_split: bool = True) -> Path:
+    """The first ``n_trn`` training and ``n_tst`` test sentences of semcor-wn30 in the XC raw layout (every label
+    text), without the dataset's sidecars: a folder a user could bring."""
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SEMCOR / "lbl.raw.txt", d / "lbl.raw.txt")
+    for split, n in (("trn", n_trn), ("tst", n_tst)) if test_split else (("trn", n_trn),):
+        texts = (SEMCOR / f"{split}.raw.txt").read_text(encoding="utf-8").splitlines()[:n]
+        rows = (SEMCOR / f"{split}_X_Y.txt").read_text(encoding="utf-8").splitlines()
+        header = rows[0].split()
+        (d / f"{split}.raw.txt").write_text("".join(t + "\n" for t in texts), encoding="utf-8")
+        (d / f"{split}_X_Y.txt").write_text(f"{len(texts)} {header[1]}\n" + "".join(r + "\n" for r in rows[1: n + 1]),
+                                            encoding="utf-8")
+    return d

@@ -232,6 +232,16 @@ def test_tiny_end_to_end_train_improves_and_round_trips(tmp_path):
     assert np.allclose(again.all_label_vectors(), model.all_label_vectors())
     with pytest.raises(ConfigError, match="labels"):
         ASTRAModel.load(tmp_path / "model", labels[:-1])
+    # the serving side (xmc.models.astra, no training code): the encoder and W = [w_l, b_l] as trained
+    from xmc.models.astra import is_astra_model, load_astra
+
+    assert is_astra_model(tmp_path / "model")
+    encoder, W = load_astra(tmp_path / "model", len(labels))
+    assert np.allclose(W, model.all_label_vectors(), atol=1e-6)
+    q = np.hstack([encoder.encode(texts[:5], "query"), np.ones((5, 1), np.float32)])
+    assert np.allclose(q, model.query_vectors_np(texts[:5], progress=False), atol=1e-6)
+    with pytest.raises(ConfigError, match="labels"):
+        load_astra(tmp_path / "model", len(labels) + 1)
 
 
 def test_logit_adjustment_lowers_each_bias_by_tau_log_count_and_favours_the_rarer_of_two_tied_labels():

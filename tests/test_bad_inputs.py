@@ -32,7 +32,7 @@ TRN = [f"training text {i} on topic {i % 5} with words w{i}" for i in range(24)]
 TST = [f"test text {i} on topic {i % 5}" for i in range(6)]
 TRN_ROWS = [f"{i % 12}:1.0 {(i + 3) % 12}:1.0" for i in range(24)]
 TST_ROWS = [f"{i % 12}:1.0" for i in range(6)]
-OUTPUT_DIRS = ("data", "models", "indexes", "predictions", "packages", "batch/out")
+OUTPUT_DIRS = ("data", "models", "plans", "predictions", "packages", "batch/out")
 
 
 def write_dataset(d: Path) -> Path:
@@ -80,7 +80,6 @@ def repo(tmp_path_factory) -> Path:
     r = tmp_path_factory.mktemp("badin")
     for name in ("dvc.yaml", "params.yaml"):
         shutil.copy2(ROOT / name, r / name)
-    shutil.copytree(ROOT / "pipelines", r / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
     good = write_dataset(r.parent / f"{r.name}_dataset")
     text = (r / "params.yaml").read_text()
     text = text.replace("dataset_dir: ../shared/datasets/semcor-wn30", f"dataset_dir: {good}")
@@ -92,12 +91,12 @@ def repo(tmp_path_factory) -> Path:
     code, err = run_stage("stages.tfidf", [], r)
     assert code == 0, err
     # a model package (bag-of-words encoder, its label index, labels and manifest) built as the pipeline does
+    from tests.package_fixtures import trained_bow
     from xmc.data import load_processed
-    from xmc.encoders import HashedBagOfWordsEncoder
     from xmc.package import build_package
 
     ds = load_processed(r / "data/processed", splits=("trn", "val"))
-    enc = HashedBagOfWordsEncoder(dim=16, n_buckets=4096, ngram_max=1, seed=0)
+    enc = trained_bow(ds.label_texts + ds.trn.texts, dim=16, n_buckets=4096, ngram_max=1, seed=0)
     enc.save(r / "models/tiny")
     build_package(r / "packages/tiny", name="tiny", method="dexml", source=r / "models/tiny", label_uids=ds.label_uids,
                   label_texts=ds.label_texts, options={"index": {"kind": "exact"}}, repo=r)
@@ -252,56 +251,66 @@ def assert_one_line_error(code: int, err: str, expected: list[str], exit_code: i
 
 # ------------------------------------------------------------------------------------------------
 # 2. params.yaml
+DEXML_RUN = "  dexml_bow: {method: dexml}\n"
+
+
+def _run(name: str, method: str, overrides: str) -> tuple[str, str]:
+    """(the product run's line, the line with ``overrides`` added to its entry)."""
+    return f"  {name}: {{method: {method}}}\n", f"  {name}: {{method: {method}, {overrides}}}\n"
+
+
 PARAMS_CASES = {
-    # name: (old, new, expected fragments); the stage run is tfidf (it loads params first)
-    "unknown_key_did_you_mean": ("    epochs: 1\n    batch_size: 64", "    epoch: 3\n    batch_size: 64",
-                                 ["params.yaml:", "dual_encoder.train.epoch", "did you mean 'epochs'"]),
-    "misspelt_batch_size": ("    batch_size: 64\n    lr: 1.0e-4", "    batch_sise: 8\n    lr: 1.0e-4",
-                            ["dual_encoder.train.batch_sise", "did you mean 'batch_size'"]),
-    "misspelt_shortlist_size": ("    shortlist_size: 100      # DEXML", "    shortlist_sise: 100      # DEXML",
-                                ["dual_encoder.negatives.shortlist_sise", "shortlist_size"]),
-    "misspelt_section": ("\ntfidf_knn:\n", "\ntfidf_kn:\n", ["params.yaml:", "tfidf_kn", "did you mean 'tfidf_knn'"]),
-    "string_for_number": ("    warmup_ratio: 0.1\n    grad_clip", "    warmup_ratio: ten\n    grad_clip",
-                          ["dual_encoder.train.warmup_ratio", "valid number"]),
+    # name: (old, new, expected fragments); the stage run is tfidf (it loads params first, every run resolved)
+    "unknown_key_did_you_mean": (*_run("dexml_bow", "dexml", "train: {epoch: 3}"),
+                                 ["params.yaml:", "runs.dexml_bow.train.epoch", "did you mean 'epochs'"]),
+    "misspelt_batch_size": ("{method: dexml, train: {epochs: 10}}", "{method: dexml, train: {epochs: 10, batch_sise: 8}}",
+                            ["runs.dexml_bow_epochs10.train.batch_sise", "did you mean 'batch_size'"]),
+    "misspelt_shortlist_size": (*_run("ramen", "ramen", "negatives: {shortlist_sise: 100}"),
+                                ["runs.ramen.negatives.shortlist_sise", "shortlist_size"]),
+    "misspelt_section": ("\nlabel_names:", "\nlabel_name:", ["params.yaml:", "label_name", "did you mean 'label_names'"]),
+    "misspelt_method": (DEXML_RUN, "  dexml_bow: {method: dexm}\n",
+                        ["runs.dexml_bow.method", "unknown method 'dexm'", "did you mean 'dexml'"]),
+    "run_without_method": (DEXML_RUN, "  dexml_bow: {train: {epochs: 2}}\n", ["runs.dexml_bow", "needs method"]),
+    "string_for_number": (*_run("unidec", "unidec", "train: {warmup_ratio: ten}"),
+                          ["runs.unidec.train.warmup_ratio", "valid number"]),
     "negative_encode_batch_size": ("  encode_batch_size: 256", "  encode_batch_size: -8",
                                    ["index.encode_batch_size", "greater than 0"]),
-    "negative_batch_size_in_run": ("  dexml: {}\n", "  dexml: {train: {batch_size: -4}}\n",
-                                   ["runs.dexml.train.batch_size", "greater than 0"]),
-    "negative_epochs": ("    epochs: 1\n    batch_size: 64", "    epochs: -1\n    batch_size: 64",
-                        ["dual_encoder.train.epochs", "greater than 0"]),
-    "zero_epochs_trained_run": ("  dexml: {}\n", "  dexml: {train: {epochs: 0}}\n", ["runs.dexml.train.epochs"]),
-    "dropout_above_one": ("    dropout: 0.0\n    freeze_embeddings: true", "    dropout: 1.5\n    freeze_embeddings: true",
-                          ["dual_encoder.encoder.dropout", "less than 1"]),
+    "negative_batch_size_in_run": (*_run("dexml_bow", "dexml", "train: {batch_size: -4}"),
+                                   ["runs.dexml_bow.train.batch_size", "greater than 0"]),
+    "negative_epochs": (*_run("astra", "astra", "train: {epochs: -1}"), ["runs.astra.train.epochs", "greater than 0"]),
+    "zero_epochs_trained_run": (*_run("dexml_bow", "dexml", "train: {epochs: 0}"), ["runs.dexml_bow.train.epochs"]),
+    "dropout_above_one": (*_run("maclr", "maclr", "encoder: {dropout: 1.5}"),
+                          ["runs.maclr.encoder.dropout", "less than 1"]),
     "validation_fraction_above_one": ("    fraction: 0.25", "    fraction: 1.5", ["data.validation.fraction"]),
     "unknown_layout": ("  layout: auto ", "  layout: xml ", ["data.layout", "'auto', 'xc_raw' or 'jsonl'"]),
-    "unknown_loss": ("    name: decoupled_softmax  # decoupled", "    name: softmaxx  # decoupled",
-                     ["dual_encoder.loss.name"]),
+    "unknown_loss": (*_run("dexml_bow", "dexml", "loss: {name: softmaxx}"), ["runs.dexml_bow.loss.name"]),
     "top_k_zero": ("  top_k: 100 ", "  top_k: 0 ", ["evaluate.top_k"]),
     "ks_above_top_k": ("  ks: [1, 3, 5]", "  ks: [1, 3, 500]", ["evaluate", "exceed top_k"]),
-    "duplicate_key": ("    temperature: 0.05        # DEXML", "    temperature: 0.05\n    temperature: 0.1  # DEXML",
-                      ["dual_encoder.loss.temperature", "duplicate key"]),
-    "invalid_yaml": ("tfidf:\n  ngram_max: 2", "tfidf:\n  ngram_max: [2", ["params.yaml:", "not valid YAML"]),
-    "prediction_split_typo": ("  dexml: val tst\n", "  dexml: val test\n", ["predictions", "'val tst'"]),
-    "unidec_run_under_both_prediction_lists": ("  dexml: val tst\n", "  dexml: val tst\n  unidec: val tst\n",
-                                               ["unidec_predictions.unidec", "also under predictions"]),
+    "duplicate_key": ("  hnsw_m: 32", "  hnsw_m: 32\n  hnsw_m: 16", ["index.hnsw_m", "duplicate key"]),
+    "run_defined_twice": ("  unidec: {method: unidec}\n", "  unidec: {method: unidec}\n  unidec: {method: astra}\n",
+                          ["runs.unidec", "duplicate key"]),
+    "invalid_yaml": ("  ngram_max: 2", "  ngram_max: [2", ["params.yaml:", "not valid YAML"]),
+    "hybrid_base_unknown_run": ("{base: ramen}", "{base: ramne}", ["hybrids.ramen_hybrid.base", "did you mean 'ramen'"]),
+    "hybrid_fusion_typo": ("{base: maclr, fusion: zero_shot}", "{base: maclr, fusion: zeroshot}",
+                           ["hybrids.maclr_zs_hybrid.fusion", "'trained' or 'zero_shot'"]),
     "paired_unknown_run": ("    - [astra, unidec]", "    - [astra, unidek]", ["report.paired", "did you mean 'unidec'"]),
-    "seed_run_unknown": ("    astra: [astra_seed1, astra_seed2]", "    astra: [astra_seed1, astra_sed2]",
-                         ["report.seeds.astra", "did you mean 'astra_seed2'"]),
-    "selection_candidate_not_validated": ("{uniform: dexml, inverse_propensity: dexml_pos_inverse_propensity}",
-                                          "{uniform: dexml, inverse_propensity: dexml_pos_inverse_propensty}",
-                                          ["selection.choices.dexml_positive_sampling", "did you mean"]),
-    "budget_of_unknown_run": ("  budget_of: dexml ", "  budget_of: dexm ", ["st_mnrl.budget_of", "did you mean 'dexml'"]),
-    "maclr_sparse_k_above_mined": ("      sparse_k: 3\n", "      sparse_k: 9\n",
-                                   ["maclr.defaults.stage2.sparse_k", "exceeds maclr.pairs."]),
-    "astra_bias_init_word": ("      bias_init: prior ", "      bias_init: posterior ", ["astra.defaults.model.bias_init"]),
-    "ramen_run_unknown_key": ("    ramen_noprune: {pruning: {enabled: false}}", "    ramen_noprune: {pruning: {enable: false}}",
-                              ["ramen.runs.ramen_noprune.pruning.enable", "did you mean 'enabled'"]),
-    "fewshot_run_without_init": ("      maclr_fs1: {init: models/maclr, ratio: 0.01}", "      maclr_fs1: {ratio: 0.01}",
-                                 ["maclr.fewshot.runs.maclr_fs1.init", "required"]),
-    "unidec_batch_below_cluster": ("      cluster_size: 16 ", "      cluster_size: 512 ", ["unidec.defaults", "cluster_size"]),
+    "training_family_unknown_run": ("[dexml_bow, ramen, unidec, astra]", "[dexml_bow, ramen, unidek, astra]",
+                                    ["report.training_families", "did you mean 'unidec'"]),
+    "promote_unknown_package": ("  promote: [astra, dexml_bow]", "  promote: [astra, dexml_bw]",
+                                ["registry.promote.1", "did you mean 'dexml_bow'"]),
+    "budget_of_unknown_run": (DEXML_RUN, DEXML_RUN + "  st_mnrl: {method: st_mnrl, budget_of: dexm}\n",
+                              ["runs.st_mnrl.budget_of", "'dexm' is not a DEXML run"]),
+    "maclr_sparse_k_above_mined": (*_run("maclr", "maclr", "stage2: {sparse_k: 9}"),
+                                   ["runs.maclr.stage2.sparse_k", "exceeds maclr_pairs.names_k"]),
+    "astra_bias_init_word": (*_run("astra", "astra", "model: {bias_init: posterior}"), ["runs.astra.model.bias_init"]),
+    "ramen_run_unknown_key": (*_run("ramen", "ramen", "pruning: {enable: false}"),
+                              ["runs.ramen.pruning.enable", "did you mean 'enabled'"]),
+    "fewshot_run_without_init": (DEXML_RUN, DEXML_RUN + "  maclr_fs1: {method: maclr_fewshot, ratio: 0.01}\n",
+                                 ["runs.maclr_fs1.init", "required"]),
+    "unidec_batch_below_cluster": (*_run("unidec", "unidec", "psl: {cluster_size: 512}"), ["runs.unidec", "cluster_size"]),
     "not_a_mapping": (None, "- just\n- a list\n", ["params.yaml", "mapping of sections"]),
-    "probability_as_percent": ("    title_remove_prob: 0.9 ", "    title_remove_prob: 90 ",
-                               ["maclr.pairs.title_remove_prob", "less than or equal to 1"]),
+    "probability_as_percent": ("  title_remove_prob: 0.9 ", "  title_remove_prob: 90 ",
+                               ["maclr_pairs.title_remove_prob", "less than or equal to 1"]),
 }
 
 
@@ -328,30 +337,32 @@ def test_bad_params(repo, case):
 
 
 OUTPUT_PATH_CASES = {
-    # processed_dir pointing at something an output must never replace
-    "processed_dir_is_dataset": ("DATASET", ["refusing to write an output", "input"]),
-    "processed_dir_inside_dataset": ("DATASET/processed", ["refusing to write an output", "input"]),
-    "processed_dir_holds_other_outputs": ("data", ["refusing to write an output", "outputs of other stages"]),
-    "processed_dir_is_repo_root": (".", ["refusing to write an output", "repository root"]),
+    # a dataset folder that holds the ingest stage's output: writing data/processed would replace part of its input
+    "dataset_dir_holds_the_output": ("data", ["refusing to write an output", "input"]),
+    "dataset_dir_is_repo_root": (".", ["refusing to write an output", "input"]),
 }
 
 
 @pytest.mark.parametrize("case", sorted(OUTPUT_PATH_CASES))
 def test_output_path_that_would_destroy_inputs_is_refused(repo, case):
-    target, expected = OUTPUT_PATH_CASES[case]
+    where, expected = OUTPUT_PATH_CASES[case]
     dataset = repo.parent / f"{repo.name}_dataset"
-    target = target.replace("DATASET", str(dataset))
+    target = repo / where
+    copied = [target / f.name for f in dataset.iterdir()]
+    for f in dataset.iterdir():
+        shutil.copy2(f, target / f.name)
     good = (repo / "params.good.yaml").read_text()
-    (repo / "params.yaml").write_text(good.replace("  processed_dir: data/processed", f"  processed_dir: {target}"))
-    (repo / "data" / "user_notes.txt").write_text("mine")
-    before, before_ds = snapshot(repo), sorted(p.name for p in dataset.iterdir())
+    (repo / "params.yaml").write_text(good.replace(f"dataset_dir: {dataset}", f"dataset_dir: {target}"))
+    before = snapshot(repo)
     try:
         code, err = run_stage("stages.ingest", [], repo)
     finally:
         (repo / "params.yaml").write_text(good)
+        for f in copied:
+            f.unlink()
     assert_one_line_error(code, err, expected)
-    assert snapshot(repo) == before and sorted(p.name for p in dataset.iterdir()) == before_ds
-    (repo / "data" / "user_notes.txt").unlink()
+    assert "data/processed" in error_lines(err)[0]
+    assert snapshot(repo) == {k: v for k, v in before.items() if repo / k not in copied}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -461,7 +472,7 @@ PREDICT_CASES = {
                      ["xmc_encoder.json", "listed in the manifest but missing"]),
     "index_folder_missing": (lambda r, t: _pkg(r, t, lambda p: shutil.rmtree(p / "index")), ["index", "missing"]),
     "file_truncated": (lambda r, t: _pkg(r, t, lambda p: _write(p / "encoder/bow_encoder.pt",
-                                                               (p / "encoder/bow_encoder.pt").read_bytes()[:1000])),
+                                                               (p / "encoder/bow_encoder.pt").read_bytes()[:1500])),
                        ["bow_encoder.pt", "corrupt or partly copied"]),
     "encoder_description_malformed": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "encoder/xmc_encoder.json",
                                                                                     b'{"kind": "bow",')),
@@ -473,7 +484,12 @@ PREDICT_CASES = {
                                                                                      pickle.dumps(_Planted()), b"\0")),
                                        ["bow_encoder.pt", "not a tensor file"]),
     "encoder_weights_wrong_shape": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "encoder/xmc_encoder.json", json.dumps(
-        {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 1, "tied": True}).encode())),
+        {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 1, "tied": True, "seed": 0,
+         "storage": "touched_rows"}).encode())),
+                                    ["bow_encoder.pt", "does not match"]),
+    "encoder_rows_of_other_buckets": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "encoder/xmc_encoder.json", json.dumps(
+        {"kind": "bow", "dim": 16, "n_buckets": 8, "ngram_max": 1, "tied": True, "seed": 0,
+         "storage": "touched_rows"}).encode())),
                                     ["bow_encoder.pt", "does not match"]),
     "index_faiss_corrupt": (lambda r, t: _pkg(r, t, lambda p: _same_size(
         p / "index/index.faiss", os.urandom((p / "index/index.faiss").stat().st_size))),

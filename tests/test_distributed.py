@@ -267,9 +267,12 @@ def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
     data = write_product_dataset(tmp_path / "data" / "products")
     bow = {"kind": "bow", "dim": 16, "n_buckets": 2048}
     repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0, extra_params={**TINY,
-        "runs": {"dexml_bow": {"encoder": bow, "negatives": {"kind": "in_batch", "max_positives_per_query": 0},
+        "runs": {"dexml_bow": {"method": "dexml", "encoder": bow,
+                               "negatives": {"kind": "in_batch", "max_positives_per_query": 0},
                                "train": {"epochs": 100, "batch_size": 32, "lr": 0.01, "max_steps_per_epoch": 0,
-                                         "checkpoint_every_steps": 2, "nproc_per_node": 2}}}})
+                                         "checkpoint_every_steps": 2, "checkpoint_interval_minutes": 0,
+                                         "nproc_per_node": 2}}},
+        "hybrids": {}, "report.paired": []})
     run(["dvc", "repro", "validate"], repo)
     ckpt = repo / "checkpoints" / "dexml_bow" / "checkpoint.pt"
     p = subprocess.Popen([env()["PATH"].split(os.pathsep)[0] + "/python", "-m", "stages.train", "dexml_bow"], cwd=repo,

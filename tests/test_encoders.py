@@ -171,7 +171,108 @@ def test_bow_encoder_is_deterministic_fast_and_round_trips(tmp_path):
     assert a.shape == (2000, 32) and np.allclose(np.linalg.norm(a, axis=1), 1, atol=1e-5)
     assert np.allclose(HashedBagOfWordsEncoder(dim=32, n_buckets=4096, seed=0).encode(TEXTS), a[:2])
     enc.save(tmp_path / "b")
-    assert np.allclose(load_encoder(tmp_path / "b").encode(TEXTS), a[:2])
+    # an untrained encoder moved no row: saved, it holds none; rebuilt from its seed it is the same table
+    assert np.allclose(load_encoder(tmp_path / "b", untouched="init").encode(TEXTS), a[:2])
+    assert np.allclose(load_encoder(tmp_path / "b").encode(TEXTS), 0.0)   # served: untouched buckets add nothing
+    assert len(torch.load(tmp_path / "b" / "bow_encoder.pt", weights_only=True)["query_buckets"]) == 0
+
+
+def _trained_bow(texts, tied=True, seed=3, dim=16, n_buckets=1 << 14, steps=3):
+    """A bag-of-words encoder after a few real optimiser steps on ``texts`` (SparseAdam on the sparse gradient)."""
+    enc = HashedBagOfWordsEncoder(dim=dim, n_buckets=n_buckets, seed=seed, tied=tied)
+    opt = torch.optim.SparseAdam(list({id(p): p for p in enc.parameters()}.values()), lr=0.05)
+    target = torch.randn(dim, generator=torch.Generator().manual_seed(0))
+    for _ in range(steps):
+        opt.zero_grad()
+        q, lab = enc.encode_pair(texts, texts)
+        (-(q @ target).sum() - (lab @ target).sum()).backward()
+        opt.step()
+    return enc
+
+
+def _masked_encoding(enc, texts, keep, side="query"):
+    """What the encoder gives when only the buckets ``keep`` keep their rows (the others zero)."""
+    ref = HashedBagOfWordsEncoder(dim=enc.dim, n_buckets=enc.n_buckets, seed=enc.seed, tied=enc.tied)
+    with torch.no_grad():
+        for mine, theirs in ((ref.query_bag, enc.query_bag), (ref.label_bag, enc.label_bag)):
+            w = torch.zeros_like(theirs.weight)
+            w[keep] = theirs.weight[keep]
+            mine.weight.copy_(w)
+    return ref.encode(texts, side)
+
+
+def test_bow_encoder_saves_only_the_rows_training_moved_and_loads_them_three_ways(tmp_path):
+    """Saved: the touched buckets and their rows (a file far smaller than the table); loaded with untouched="init"
+    the table exactly as trained, with "zero" the trained rows and zero elsewhere, with trainable=True a whole
+    sparse table to train further."""
+    from xmc.encoders.bow import hashed_ngrams_many
+
+    trn = ["the river bank was full of water", "a bank account for money", "green trees by the river"]
+    enc = _trained_bow(trn)
+    touched = np.unique(hashed_ngrams_many(trn, enc.n_buckets, enc.ngram_max)[0])
+    enc.save(tmp_path / "b")
+    st = torch.load(tmp_path / "b" / "bow_encoder.pt", weights_only=True)
+    assert set(st) == {"query_buckets", "query_rows"}   # tied: one table
+    assert np.array_equal(st["query_buckets"].numpy(), touched)
+    assert torch.equal(st["query_rows"], enc.query_bag.weight.detach()[torch.from_numpy(touched)])
+    cfg = __import__("json").loads((tmp_path / "b" / "xmc_encoder.json").read_text())
+    assert cfg["storage"] == "touched_rows" and cfg["seed"] == 3 and cfg["n_buckets"] == 1 << 14
+    full_bytes = enc.n_buckets * enc.dim * 4
+    assert (tmp_path / "b" / "bow_encoder.pt").stat().st_size < full_bytes / 20
+
+    seen = trn + ["water in the river bank"]            # every n-gram trained
+    unseen = ["zebra quasar", "a zebra by the river"]  # none, and some
+    texts = seen + unseen
+    exact = HashedBagOfWordsEncoder.load(tmp_path / "b", untouched="init")
+    for side in ("query", "label"):
+        assert np.allclose(exact.encode(texts, side), enc.encode(texts, side), atol=1e-6), side
+    served = HashedBagOfWordsEncoder.load(tmp_path / "b", untouched="zero")
+    assert np.allclose(served.encode(trn), enc.encode(trn), atol=1e-6)
+    assert np.allclose(served.encode(unseen[:1]), 0.0)   # no trained n-gram: nothing to say
+    assert np.allclose(served.encode(texts), _masked_encoding(enc, texts, torch.from_numpy(touched)), atol=1e-6)
+    assert not np.allclose(served.encode(unseen[1:]), enc.encode(unseen[1:]))   # its untouched "zebra" no longer counts
+    assert not any(p.requires_grad for p in served.parameters())   # a served encoder is frozen
+    assert served.query_bag.weight.shape[0] == len(touched) + 1    # the stored rows and one zero row
+    assert np.allclose(load_encoder(tmp_path / "b").encode(texts), served.encode(texts))   # the default
+    assert np.allclose(load_encoder(tmp_path / "b", untouched="init").encode(texts), exact.encode(texts))
+
+    again = load_encoder(tmp_path / "b", trainable=True)
+    w = again.query_bag.weight
+    assert w.requires_grad and w.shape == (enc.n_buckets, enc.dim)
+    assert torch.equal(w.detach(), enc.query_bag.weight.detach())   # the untouched rows rebuilt from the seed
+    again(["a new text about the river"], "query").sum().backward()
+    assert w.grad is not None and w.grad.is_sparse
+    # saved again without further training: the same rows
+    again.save(tmp_path / "c")
+    st2 = torch.load(tmp_path / "c" / "bow_encoder.pt", weights_only=True)
+    assert torch.equal(st2["query_buckets"], st["query_buckets"]) and torch.equal(st2["query_rows"], st["query_rows"])
+    served.save(tmp_path / "d")   # a served (row-stored) encoder saves its stored rows
+    st3 = torch.load(tmp_path / "d" / "bow_encoder.pt", weights_only=True)
+    assert torch.equal(st3["query_buckets"], st["query_buckets"]) and torch.equal(st3["query_rows"], st["query_rows"])
+    with pytest.raises(ValueError, match="untouched"):
+        HashedBagOfWordsEncoder.load(tmp_path / "b", untouched="random")
+
+
+def test_untied_bow_encoder_stores_each_sides_rows_and_old_whole_tables_still_load(tmp_path):
+    trn = ["the river bank was full of water", "a bank account for money"]
+    enc = _trained_bow(trn, tied=False)
+    enc.save(tmp_path / "u")
+    st = torch.load(tmp_path / "u" / "bow_encoder.pt", weights_only=True)
+    assert set(st) == {"query_buckets", "query_rows", "label_buckets", "label_rows"}
+    texts = trn + ["an unseen zebra"]
+    exact = load_encoder(tmp_path / "u", untouched="init")
+    for side in ("query", "label"):
+        assert np.allclose(exact.encode(texts, side), enc.encode(texts, side), atol=1e-6), side
+        assert np.allclose(load_encoder(tmp_path / "u").encode(trn, side), enc.encode(trn, side), atol=1e-6), side
+    # an encoder folder written before touched-row storage (the whole table, no "storage" key) loads as it was
+    import json
+
+    old = tmp_path / "old"
+    old.mkdir()
+    torch.save({"query_bag.weight": enc.query_bag.weight.detach().clone()}, old / "bow_encoder.pt")
+    (old / "xmc_encoder.json").write_text(json.dumps({"kind": "bow", "dim": enc.dim, "n_buckets": enc.n_buckets,
+                                                      "ngram_max": enc.ngram_max, "tied": True}))
+    assert np.allclose(load_encoder(old).encode(texts), enc.encode(texts, "query"), atol=1e-6)
 
 
 def test_bow_training_forward_gathers_each_bucket_once_with_the_same_values_and_gradient():

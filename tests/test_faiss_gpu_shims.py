@@ -1,4 +1,4 @@
-"""The pieces that put faiss-gpu on the lent GPU machine (bench/faiss_gpu/): the fat-binary pruner keeps one
+"""The pieces that put faiss-gpu on the lent GPU machine (lab/bench/faiss_gpu/): the fat-binary pruner keeps one
 architecture's code in a real shared library, and the cuBLAS 12 / BLAS shims forward each call to the library they
 are pointed at. Built with the system C compiler; no GPU needed."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.faiss_gpu.fatbin import FATBIN_MAGIC, entries, keep_only
-from bench.gpu_profiles import SHIM, epoch_seconds
+from lab.bench.faiss_gpu.fatbin import FATBIN_MAGIC, entries, keep_only
+from lab.bench.gpu_profiles import SHIM, epoch_seconds
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler")
 

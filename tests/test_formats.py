@@ -320,7 +320,8 @@ def test_corrupt_gzip_raises_data_format_error(tmp_path: Path):
 # ------------------------------------------------------------ ingest stage: no output
 
 
-def _write_params(d: Path, dataset_dir: Path, out: Path, uid_sep: str | None = None) -> None:
+def _write_params(d: Path, dataset_dir: Path, uid_sep: str | None = None) -> Path:
+    """A params.yaml in ``d`` reading ``dataset_dir``; returns where ingest writes (``d``/data/processed)."""
     sep = "null" if uid_sep is None else json.dumps(uid_sep)
     (d / "params.yaml").write_text(
         "data:\n"
@@ -328,10 +329,10 @@ def _write_params(d: Path, dataset_dir: Path, out: Path, uid_sep: str | None = N
         "  layout: auto\n"
         f"  uid_separator: {sep}\n"
         "  text_fields: [title, content]\n"
-        f"  processed_dir: {json.dumps(str(out))}\n"
         "  subsample: {trn: 0, tst: 0, unit: documents, labels: all}\n",
         encoding="utf-8",
     )
+    return d / "data" / "processed"
 
 
 def _run_ingest(cwd: Path) -> subprocess.CompletedProcess:
@@ -342,9 +343,8 @@ def _run_ingest(cwd: Path) -> subprocess.CompletedProcess:
 
 
 def test_ingest_stage_on_malformed_data_writes_nothing(tmp_path: Path):
-    data = write_files(tmp_path / "data", {**XC_RAW, "trn_X_Y.txt": "3 4\n0:1\n4:1\n3:1\n"})
-    out = tmp_path / "out"
-    _write_params(tmp_path, data, out, "->")
+    data = write_files(tmp_path / "raw", {**XC_RAW, "trn_X_Y.txt": "3 4\n0:1\n4:1\n3:1\n"})
+    out = _write_params(tmp_path, data, "->")
     r = _run_ingest(tmp_path)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
@@ -353,12 +353,11 @@ def test_ingest_stage_on_malformed_data_writes_nothing(tmp_path: Path):
     assert "trn_X_Y.txt:3: label id 4 out of range" in lines[0]
     assert not out.exists()
     # no temporary siblings either
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["data", "params.yaml"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params.yaml", "raw"]
 
 
 def test_ingest_stage_on_good_data_writes_processed_dir(tmp_path: Path, xc_dir: Path):
-    out = tmp_path / "out"
-    _write_params(tmp_path, xc_dir, out, "->")
+    out = _write_params(tmp_path, xc_dir, "->")
     r = _run_ingest(tmp_path)
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in out.iterdir()) == [
@@ -482,8 +481,7 @@ def test_a_shipped_validation_split_is_loaded_and_used(tmp_path: Path):
     d = write_files(tmp_path / "xc", files)
     ds = load_dataset_dir(d, uid_separator="->")
     assert ds.val is not None and ds.val.uids == ["v0", "v1"] and dense(ds.val.Y) == [[0, 1, 0, 0], [1, 0, 0, 1]]
-    out = tmp_path / "out"
-    _write_params(tmp_path, d, out, "->")
+    out = _write_params(tmp_path, d, "->")
     r = _run_ingest(tmp_path)
     assert r.returncode == 0, r.stderr
     meta = json.loads((out / "meta.json").read_text())

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.gpu_profiles import PROFILES, pack, profile_params, unpack
+from lab.bench.gpu_profiles import PROFILES, pack, profile_run, unpack
 from xmc.config import load_params
-from xmc.methods.runs import find_run
 from xmc.trainer.live import TrainingLog
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -21,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize("method", sorted(PROFILES))
 def test_each_gpu_profile_is_valid_params_on_the_transformer_with_its_schedule_scaled(method, tmp_path):
     run, full_epochs, _, _ = PROFILES[method]
-    params = profile_params(load_params(ROOT / "params.yaml"), method, 4, str(tmp_path))
-    cfg = find_run(params, run).config
+    spec = profile_run(load_params(ROOT / "params.yaml"), method, 4, str(tmp_path))
+    assert spec.name == run and spec.method == method
+    cfg = spec.config
     assert cfg["encoder"]["kind"] == "transformer" and cfg["encoder"]["model_dir"] == str(tmp_path)
     train = cfg["stage1"]["train"] if method == "maclr" else cfg["train"]
     assert train["epochs"] == 4 and train["max_steps_per_epoch"] == 0 and train["checkpoint_every_steps"] == 0
@@ -31,9 +31,11 @@ def test_each_gpu_profile_is_valid_params_on_the_transformer_with_its_schedule_s
     if method == "maclr":   # T = 4 x 62 steps: T_K = T/10, T_update = T/20
         assert (cfg["stage1"]["t_k"], cfg["stage1"]["t_update"]) == (24, 12)
         assert cfg["stage2"]["train"]["epochs"] == 4
-    full = profile_params(load_params(ROOT / "params.yaml"), method, full_epochs, None)
-    full_cfg = find_run(full, run).config
+    full_cfg = profile_run(load_params(ROOT / "params.yaml"), method, full_epochs, None).config
     assert (full_cfg["stage1"]["train"] if method == "maclr" else full_cfg["train"])["epochs"] == full_epochs
+    capped = profile_run(load_params(ROOT / "params.yaml"), method, 4, None, max_steps=3).config
+    assert all(t["max_steps_per_epoch"] == 3 for t in ([capped["stage1"]["train"], capped["stage2"]["train"]]
+                                                       if method == "maclr" else [capped["train"]]))
 
 
 def test_the_carried_encoder_embeds_the_carried_texts_as_minilm_does(tmp_path):
@@ -80,7 +82,7 @@ def test_the_training_record_is_written_without_dvclive(tmp_path, monkeypatch):
 
 
 def test_a_method_that_fails_or_overruns_is_reported_and_the_child_is_stopped(tmp_path, monkeypatch):
-    from bench.gpu_profiles import _child
+    from lab.bench.gpu_profiles import _child
 
     (tmp_path / "data").mkdir()
     monkeypatch.chdir(tmp_path)
@@ -119,31 +121,34 @@ def _fake_call(d: Path, device: str, rows: list[tuple[str, int, float]], n: int 
 
 
 def test_collect_keeps_earlier_leases_and_tests_longer_runs_and_cpu_peers(tmp_path, monkeypatch):
-    import bench.gpu_profiles as gp
+    import lab.bench.gpu_profiles as gp
     from xmc.metrics.bootstrap import InstanceContributions
 
     root = tmp_path / "repo"
-    (root / "bench").mkdir(parents=True)
+    (root / "lab" / "bench").mkdir(parents=True)
     monkeypatch.setattr(gp, "ROOT", root)
     peer = InstanceContributions(METRICS, np.zeros((4, 50)), np.ones((4, 50)))   # a peer that never hits
-    peer.save(root / "evaluation" / "tst" / "xr_linear.npz")
+    peer.save(root / "evaluation" / "tst" / "xr_linear.npz")        # a product run's
+    peer.save(root / "lab" / "runs" / "st_mnrl" / "evaluation" / "tst" / "st_mnrl.npz")   # a lab run's
 
     _fake_call(tmp_path / "a", "H200", [("dexml", 4, 0.3), ("astra", 20, 0.5)])
-    gp.collect([tmp_path / "a"])
-    first = json.loads((root / "bench" / "gpu_profiles.json").read_text())
+    gp.collect([tmp_path / "a"], peers=("xr_linear", "st_mnrl"))
+    first = json.loads((root / "lab" / "bench" / "gpu_profiles.json").read_text())
     assert [c["call"] for c in first["calls"]] == [1] and len(first["rows"]) == 2
     assert all("metrics" not in r for r in first["rows"])
     beat = [x for x in first["paired_against_cpu"] if x["variant"] == "dexml" and x["metric"] == "P@1"]
-    assert beat and beat[0]["diff"] > 0 and beat[0]["peer"] == "xr_linear"
+    assert [x["peer"] for x in beat] == ["xr_linear", "st_mnrl"] and all(x["diff"] > 0 for x in beat)
 
     # a later lease: dexml longer (replaces its metrics), astra shorter (keeps the earlier, longer one)
     _fake_call(tmp_path / "b", "H200", [("dexml", 20, 0.9), ("astra", 2, 0.1)])
     _fake_call(tmp_path / "c", "H200", [("dexml", 1, 0.05)])
     gp.collect([tmp_path / "b", tmp_path / "c"])
-    both = json.loads((root / "bench" / "gpu_profiles.json").read_text())
+    both = json.loads((root / "lab" / "bench" / "gpu_profiles.json").read_text())
     assert [c["call"] for c in both["calls"]] == [1, 2, 3] and len(both["rows"]) == 5
-    assert json.loads((root / "metrics" / "gpu" / "dexml.json").read_text())["epochs"] == 20
-    assert json.loads((root / "metrics" / "gpu" / "astra.json").read_text())["epochs"] == 20
+    gpu = root / "lab" / "bench" / "gpu"
+    assert json.loads((gpu / "metrics" / "dexml.json").read_text())["epochs"] == 20
+    assert json.loads((gpu / "metrics" / "astra.json").read_text())["epochs"] == 20
+    assert (gpu / "metrics_val" / "dexml.json").is_file() and (gpu / "evaluation" / "val" / "dexml.npz").is_file()
     longer = [x for x in both["paired_more_epochs"] if x["metric"] == "P@1"]
     assert [(x["variant"], x["a_epochs"], x["b_epochs"]) for x in longer] == [("dexml", 20, 1)]
     assert longer[0]["diff"] > 0 and longer[0]["p_value"] < 0.05
@@ -158,7 +163,7 @@ def _fusable_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
 
     import scipy.sparse as sp
 
-    import bench.gpu_profiles as gp
+    import lab.bench.gpu_profiles as gp
     from xmc.data import Split, XMCDataset, save_processed
     from xmc.predictions import TopK
 
@@ -193,8 +198,9 @@ def _fusable_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
         scores = np.tile(np.linspace(1.0, 0.5, len(labels), dtype=np.float32), (len(gold), 1))
         TopK(idx, scores).save(call / "predictions" / "dexml" / f"{name}_topk.npz")
     repo = tmp_path / "repo"
-    repo.mkdir()
+    (repo / "lab").mkdir(parents=True)
     shutil.copy2(ROOT / "params.yaml", repo / "params.yaml")
+    shutil.copy2(ROOT / "lab" / "params.yaml", repo / "lab" / "params.yaml")   # the lab's hybrid of dexml
     monkeypatch.setattr(gp, "ROOT", repo)
     monkeypatch.chdir(tmp_path)
 
@@ -204,11 +210,16 @@ def _fusable_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
 def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_here(tmp_path, monkeypatch):
     """collect's hybrid step: the predictions a GPU call brought back + the carried data -> the fuse stage's
     fusion (fit on validation) and the evaluate stage's metrics of ``<run>_hybrid``. The base run ranks the
-    gold label second; the names in the texts put it first, so the hybrid must beat the base on P@1."""
-    import bench.gpu_profiles as gp
+    gold label second; the names in the texts put it first, so the hybrid must beat the base on P@1. ``dexml`` (the
+    lab's MiniLM run) has its hybrid in lab/params.yaml; a prediction with no hybrid in either file is not fused."""
+    import shutil
+
+    import lab.bench.gpu_profiles as gp
 
     call, carry = _fusable_call(tmp_path, monkeypatch)
     assert gp._fuse_with_label_names(call, "astra_hybrid", carry) is None   # no predictions of it came back
+    shutil.copytree(call / "predictions" / "dexml", call / "predictions" / "unidec_de_only")
+    assert gp._fuse_with_label_names(call, "unidec_de_only", carry) is None   # no hybrid of it
     fused = gp._fuse_with_label_names(call, "dexml", carry)
     assert fused["variant"] == "dexml_hybrid" and Path.cwd() == tmp_path
     assert fused["fusion"]["fusion"]["features"][0] == "method_score"
@@ -226,7 +237,7 @@ def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_r
 
     import yaml
 
-    import bench.gpu_profiles as gp
+    import lab.bench.gpu_profiles as gp
     from xmc.metrics.bootstrap import InstanceContributions
 
     call, carry = _fusable_call(tmp_path, monkeypatch)
@@ -248,9 +259,9 @@ def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_r
     params["hybrid"]["fusion"] = "boosted_trees"
     params["hybrid"]["boosted_trees"]["min_samples_leaf"] = 2   # this toy's few positives would fall back to logistic
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
-    (repo / "bench").mkdir()
+    (repo / "lab" / "bench").mkdir()
     gp.collect([call])
-    first = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
+    first = json.loads((repo / "lab" / "bench" / "gpu_profiles.json").read_text())
     assert first["rows"][0]["hybrids"]["dexml_hybrid"]["fusion"]["kind"] == "boosted_trees"
     assert any(x["variant"] == "dexml_hybrid" for x in first["paired_against_cpu"])
 
@@ -258,19 +269,19 @@ def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_r
     later = tmp_path / "later"
     shutil.copytree(call, later)
     gp.collect([later])
-    two = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
-    recorded = (repo / "metrics" / "gpu" / "dexml_hybrid.json").read_text()
+    two = json.loads((repo / "lab" / "bench" / "gpu_profiles.json").read_text())
+    recorded = (repo / "lab" / "bench" / "gpu" / "metrics" / "dexml_hybrid.json").read_text()
     params["hybrid"]["fusion"] = "logistic"
     (repo / "params.yaml").write_text(yaml.safe_dump(params))
     gp.refuse([call], [1])
-    assert json.loads((repo / "bench" / "gpu_profiles.json").read_text()) == two
-    assert (repo / "metrics" / "gpu" / "dexml_hybrid.json").read_text() == recorded
+    assert json.loads((repo / "lab" / "bench" / "gpu_profiles.json").read_text()) == two
+    assert (repo / "lab" / "bench" / "gpu" / "metrics" / "dexml_hybrid.json").read_text() == recorded
 
     gp.refuse([later], [2])
-    again = json.loads((repo / "bench" / "gpu_profiles.json").read_text())
+    again = json.loads((repo / "lab" / "bench" / "gpu_profiles.json").read_text())
     assert again["calls"] == two["calls"] and len(again["rows"]) == 2
     assert [r["hybrids"]["dexml_hybrid"]["fusion"]["kind"] for r in again["rows"]] == ["boosted_trees", "logistic"]
     assert len(again["paired_against_cpu"]) == len(two["paired_against_cpu"])   # replaced, not appended
-    assert json.loads((repo / "metrics" / "gpu" / "dexml_hybrid.json").read_text())["P@1"] > 50.0
+    assert json.loads((repo / "lab" / "bench" / "gpu" / "metrics" / "dexml_hybrid.json").read_text())["P@1"] > 50.0
     with pytest.raises(SystemExit, match="no call 3"):
         gp.refuse([later], [3])

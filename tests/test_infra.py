@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import shutil
@@ -68,13 +69,49 @@ def test_work_pool_templates_define_every_placeholder(name):
 def test_prefect_yaml_deployments_point_at_real_flows():
     spec = yaml.safe_load((INFRA / "prefect.yaml").read_text())
     names = {d["name"]: d for d in spec["deployments"]}
-    assert {"nightly-retrain", "data-validation", "weekly-benchmark", "index-refresh", "gpu", "batch-predict"} <= set(names)
+    # no weekly benchmark: it ran research tools (ablations, trainer throughput) that the product does not run
+    assert set(names) == {"nightly-retrain", "data-validation", "index-refresh", "gpu", "batch-predict"}
     for d in spec["deployments"]:
         path, func = d["entrypoint"].split(":")
-        assert f"def {func}(" in (ROOT / path).read_text()
+        assert path.startswith("flows/") and f"def {func}(" in (ROOT / path).read_text()
     assert names["nightly-retrain"]["schedules"][0]["cron"] == "0 2 * * *"
     trig = names["index-refresh"]["triggers"][0]
     assert trig["expect"] == ["prefect.flow-run.Completed"] and trig["match_related"]["prefect.resource.name"] == "nightly-retrain"
+
+
+def test_deployment_parameters_name_stages_and_packages_of_the_pipeline():
+    """The nightly targets are stages of the root dvc.yaml, the index-refresh model is a packaged run of
+    params.yaml, and the GPU dispatch and stage timeouts match the pipeline's train@ and package@ stages."""
+    from flows.dvc_tasks import package_stage
+    from flows.pipeline import GPU_STAGE_PATTERNS, stage_timeout
+    from xmc.config import load_params
+
+    spec = yaml.safe_load((INFRA / "prefect.yaml").read_text())
+    names = {d["name"]: d for d in spec["deployments"]}
+    params = load_params(ROOT / "params.yaml")
+    groups = set(yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"])
+    assert set(names["nightly-retrain"]["parameters"]["targets"]) <= groups
+    model = names["index-refresh"]["parameters"]["model"]
+    assert package_stage(params, model) == f"package@{model}"
+    stages = [f"{g}@{k}" for g, keys in (("train", params["runs"]), ("package", params["runs"]),
+                                          ("fuse", params["hybrids"]), ("xr_linear", params["xr_linear"])) for k in keys]
+    gpu = [s for s in stages if any(fnmatch.fnmatch(s, p) for p in GPU_STAGE_PATTERNS)]
+    assert gpu == [s for s in stages if s.startswith(("train@", "package@"))] and gpu
+    orch = params["orchestration"]
+    assert stage_timeout(orch, "train@astra") == 86400 and stage_timeout(orch, "package@astra") == 14400
+    assert stage_timeout(orch, "fuse@astra_hybrid") == stage_timeout(orch, "report") == orch["stage_timeout_seconds"]
+
+
+OLD_STAGES = re.compile(r"\b(?:predict|predict_unidec|evaluate|evaluate_val|train_astra|train_ramen|train_unidec|"
+                        r"train_maclr|train_maclr_fewshot|train_st_mnrl)@|pipelines/|report_ablations|(?<![\w.])bench\.")
+
+
+def test_infra_and_its_docs_name_only_stages_that_exist():
+    """No file of infra/ (nor docs/orchestration.md) names a stage or file of the pipeline before its
+    restructuring (predict@, evaluate@, train_astra@, pipelines/, the ablations report, bench.)."""
+    files = [p for p in INFRA.rglob("*") if p.is_file()] + [ROOT / "docs/orchestration.md"]
+    hits = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in files for m in OLD_STAGES.finditer(p.read_text())]
+    assert hits == []
 
 
 def test_k8s_manifests_parse():
@@ -109,6 +146,21 @@ def _torchrun_stage(command: list[str]) -> list[str]:
     options = command[3:] if command[:3] == launcher else command[1:]
     assert options[-3:-1] == ["-m", "stages.train"] and re.fullmatch(r"[\w.-]+", options[-1]), command
     return options[:-3]
+
+
+def test_multi_node_manifests_train_a_run_of_params_and_commit_its_train_stage():
+    from xmc.config import load_params
+
+    runs = load_params(ROOT / "params.yaml")["runs"]
+    job = _manifest("pytorchjob-train.yaml")
+    js = _manifest("jobset-train.yaml")
+    commands = [job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"],
+                js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["command"]]
+    for name, command in zip(("pytorchjob-train.yaml", "jobset-train.yaml"), commands):
+        run = command[-1]
+        assert run in runs, f"{name}: {run!r} is not a run of params.yaml"
+        # afterwards its outputs are recorded by the run's train@ stage (one per run, every method)
+        assert f"dvc commit train@{run}" in (INFRA / "k8s" / name).read_text()
 
 
 def test_pytorchjob_trains_one_run_over_master_and_workers_with_torchrun():

@@ -21,10 +21,10 @@ import pytest
 from tests.pipeline_repo import ROOT
 from tests.test_bad_inputs import write_dataset
 
-TINY_RUN = ("  tiny_bow: {encoder: {kind: bow, dim: 16, n_buckets: 4096, ngram_max: 1, seed: 0}, "
+TINY_RUN = ("  tiny_bow: {method: dexml, encoder: {kind: bow, dim: 16, n_buckets: 4096, ngram_max: 1, seed: 0}, "
             "negatives: {kind: in_batch, max_positives_per_query: 0}, "
             "train: {epochs: 3, batch_size: 8, lr: 0.05, max_steps_per_epoch: 0, checkpoint_every_steps: 1, "
-            "eval_every_epochs: 0, seed: 0}}\n")
+            "checkpoint_interval_minutes: 0, eval_every_epochs: 0, seed: 0}}\n")
 
 
 def run(repo: Path, args: list[str], kill_at: str | None = None) -> subprocess.CompletedProcess:
@@ -48,12 +48,13 @@ def leftovers(parent: Path) -> list[str]:
 def repo(tmp_path_factory) -> Path:
     r = tmp_path_factory.mktemp("kill")
     shutil.copy2(ROOT / "dvc.yaml", r / "dvc.yaml")
-    shutil.copytree(ROOT / "pipelines", r / "pipelines", ignore=shutil.ignore_patterns("dvc.lock"))
     d = write_dataset(r.parent / f"{r.name}_dataset")
     text = (ROOT / "params.yaml").read_text()
     text = text.replace("dataset_dir: ../shared/datasets/semcor-wn30", f"dataset_dir: {d}")
     text = text.replace("    fraction: 0.1 ", "    fraction: 0.25")
-    text = text.replace("runs:\n  dexml: {}\n", "runs:\n  dexml: {}\n" + TINY_RUN)
+    assert "runs:\n  label_prior: {method: label_prior}\n" in text
+    text = text.replace("runs:\n  label_prior: {method: label_prior}\n",
+                        "runs:\n  label_prior: {method: label_prior}\n" + TINY_RUN)
     (r / "params.yaml").write_text(text)
     return r
 
@@ -72,21 +73,30 @@ def test_ingest_killed_before_or_during_replace_reruns_to_the_same_output(repo):
         assert leftovers(repo / "data") == [], point
 
 
-def test_index_killed_while_writing_reruns_to_the_same_output(repo):
-    from xmc.encoders import HashedBagOfWordsEncoder
+def _package_outputs(repo: Path) -> dict[str, str]:
+    """The package's predictor files and the predictions (the manifest, its card and the test metrics carry the
+    prediction seconds, which differ between runs)."""
+    return (digest(repo / "packages/tiny_bow", skip=("manifest.json", "README.md"))
+            | digest(repo / "predictions/tiny_bow", skip=("timing.json",))
+            | digest(repo / "metrics_val") | digest(repo / "evaluation"))
 
+
+def test_package_killed_while_writing_reruns_to_the_same_output(repo):
     if not (repo / "data/processed").exists():
         assert run(repo, ["stages.ingest"]).returncode == 0
-    HashedBagOfWordsEncoder(dim=16, n_buckets=4096, ngram_max=1, seed=0).save(repo / "models/tiny_bow")
-    p = run(repo, ["stages.predict", "tiny_bow", "val"])
+    if not (repo / "models/tiny_bow").exists():
+        assert run(repo, ["stages.train", "tiny_bow"]).returncode == 0
+    p = run(repo, ["stages.package", "tiny_bow"])
     assert p.returncode == 0, p.stderr
-    reference = digest(repo / "indexes/tiny_bow") | digest(repo / "predictions/tiny_bow", skip=("timing.json",))
-    killed = run(repo, ["stages.predict", "tiny_bow", "val"], kill_at="atomic_dir.before_replace")
+    reference = _package_outputs(repo)
+    assert any(k.startswith("encoder/") for k in reference) and "val_topk.npz" in reference
+    killed = run(repo, ["stages.package", "tiny_bow"], kill_at="atomic_dir.before_replace")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    p = run(repo, ["stages.predict", "tiny_bow", "val"])
+    assert leftovers(repo / "packages"), "the kill should leave the new package's temporary behind"
+    p = run(repo, ["stages.package", "tiny_bow"])
     assert p.returncode == 0, p.stderr
-    assert digest(repo / "indexes/tiny_bow") | digest(repo / "predictions/tiny_bow", skip=("timing.json",)) == reference
-    assert leftovers(repo / "indexes") == [] and leftovers(repo / "predictions") == []
+    assert _package_outputs(repo) == reference
+    assert leftovers(repo / "packages") == [] and leftovers(repo / "predictions") == []
 
 
 def test_training_killed_while_writing_a_checkpoint_resumes_to_the_same_model(repo):

@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 from xmc.lexical import FEATURES, LabelNameMatcher, parse_label_names
-from xmc.lexical.fuse import validation_folds
+from xmc.package.fuse import validation_folds
 from xmc.lexical.hybrid import HYBRID_FEATURES, CandidateTable, FusionWeights, HybridRanker, fit_fusion, top_k
 
 WORDNET_STYLE = [
@@ -110,29 +110,23 @@ def test_validation_folds_keep_documents_together():
 
 @pytest.mark.parametrize("fusion", ["logistic", "boosted_trees"])
 def test_hybrid_package_predicts_like_the_ranker(tmp_path, fusion):
-    """A package around a base predictor + a fusion (logistic weights, or trees read back from the package's JSON):
-    the API's top-k equals the ranker applied to the base predictor's top-k (what the fuse stage writes)."""
+    """A package around a base run's package + a fusion (logistic weights, or trees read back from the package's
+    JSON): the API's top-k equals the ranker applied to the base predictor's top-k (what the fuse stage writes), and
+    the base's files are hard links of the base package's."""
     import xmc
-    from xmc.encoders import HashedBagOfWordsEncoder
-    from xmc.package import build_package, package_from_predictor
+    from tests.package_fixtures import trained_bow
+    from xmc.io import atomic_dir
+    from xmc.package import build_package, finish_package
     from xmc.package.predictors import HybridPredictor
 
     uids = [f"L{i}" for i in range(len(WORDNET_STYLE))]
-    HashedBagOfWordsEncoder(dim=16, n_buckets=2048).save(tmp_path / "model")
+    texts = ["the banks of the river", "took a breath", "irregularities in one-half of them"]
+    trained_bow(WORDNET_STYLE + texts, dim=16, n_buckets=2048).save(tmp_path / "model")
     build_package(tmp_path / "base_pkg", name="base", method="dexml", source=tmp_path / "model", label_uids=uids,
                   label_texts=WORDNET_STYLE, options={"index": {"kind": "exact"}})
-    base_dir = tmp_path / "base_predictor"
-    base_dir.mkdir()
-    import json
-    import shutil
-
-    manifest = json.loads((tmp_path / "base_pkg/manifest.json").read_text())
-    for sub in ("encoder", "index"):
-        shutil.copytree(tmp_path / "base_pkg" / sub, base_dir / sub)
-    (base_dir / "predictor.json").write_text(json.dumps(manifest["predictor"]))
-    texts = ["the banks of the river", "took a breath", "irregularities in one-half of them"]
     base = xmc.load(str(tmp_path / "base_pkg"))
     D, I = base.topk(texts, 5)
+    assert (np.abs(D) > 0).all()   # a trained encoder's scores, not the zeros of untouched rows
     ranker = HybridRanker(WORDNET_STYLE, "auto", np.arange(len(WORDNET_STYLE), dtype=float))
     Y = sp.csr_matrix((np.ones(3), ([0, 1, 2], [8, 0, 4])), shape=(3, len(WORDNET_STYLE)))
     if fusion == "logistic":
@@ -143,11 +137,15 @@ def test_hybrid_package_predicts_like_the_ranker(tmp_path, fusion):
 
         ranker.weights = fit_boosted_fusion(*_interaction_table(), BoostedTreesFusionConfig().model_dump())
         assert isinstance(ranker.weights, BoostedTreesFusion)
-    out = tmp_path / "hybrid_predictor"
-    section = HybridPredictor.build(base_dir, out, WORDNET_STYLE, {"ranker": ranker, "base_k": 5})
-    (out / "predictor.json").write_text(json.dumps(section))
-    package_from_predictor(tmp_path / "hybrid_pkg", out, name="hyb", method="dexml", label_uids=uids,
-                           label_texts=WORDNET_STYLE)
+    with atomic_dir(tmp_path / "hybrid_pkg") as tmp:
+        section = HybridPredictor.build(tmp_path / "base_pkg", tmp, WORDNET_STYLE, {"ranker": ranker, "base_k": 5})
+        finish_package(tmp, section, name="hyb", method="hybrid", label_uids=uids, label_texts=WORDNET_STYLE)
+    assert section["base"] == json.loads((tmp_path / "base_pkg/manifest.json").read_text())["predictor"]
+    weights = [f for f in (tmp_path / "base_pkg").rglob("*") if f.is_file() and f.parent != tmp_path / "base_pkg"]
+    assert weights
+    for f in weights:   # one copy on disk: the base's predictor files are hard links
+        linked = tmp_path / "hybrid_pkg/base" / f.relative_to(tmp_path / "base_pkg")
+        assert linked.stat().st_ino == f.stat().st_ino, f
     S, R = xmc.load(str(tmp_path / "hybrid_pkg")).topk(texts, 4)
     S2, R2 = ranker.rank(texts, D, I, 4)
     assert np.array_equal(R, R2) and np.allclose(S, S2)
@@ -195,65 +193,85 @@ def test_zero_shot_fusion_reads_no_training_counts_and_lets_the_method_pick_the_
         assert (R[:, 0] == np.array(gold)).all()
 
 
-def test_zero_shot_fuse_stage_reads_no_training_split(tmp_path):
-    """fuse_run(zero_shot=True) on a processed dataset whose training files are gone: the fusion is chosen on
-    validation from the grids, the test split is ranked, and the hybrid predictor it writes ranks the same."""
-    import json
-    import shutil
+def _fuse_params(**hybrid):
+    from xmc.config.schema import EvaluateConfig, HybridConfig, IndexConfig, filled
 
+    return {"hybrid": filled(HybridConfig, hybrid, "hybrid"),
+            "label_names": {"mode": "auto", "max_words": 4, "cased_names": True},
+            "evaluate": filled(EvaluateConfig, {"top_k": 5, "ks": [1, 3, 5], "recall_ks": [5],
+                                                "bootstrap": {"n_resamples": 20}}, "evaluate"),
+            "index": filled(IndexConfig, {"kind": "exact"}, "index")}
+
+
+def _fuse_workspace(root, tst_texts, tst_gold, trn_gold, runs):
+    """A processed dataset of WORDNET_STYLE labels in ``root`` and, for each run (name -> bag-of-words seed), its
+    package and its validation and test top-5 (what a package stage writes): the inputs of a fuse stage."""
     import xmc
-    from xmc.config.schema import HybridConfig, filled
+    from tests.package_fixtures import trained_bow
     from xmc.data import Split, XMCDataset, save_processed
-    from xmc.encoders import HashedBagOfWordsEncoder
-    from xmc.lexical.fuse import fuse_run
-    from xmc.package import build_package, package_from_predictor
+    from xmc.package import build_package
     from xmc.predictions import TopK
+    from xmc.workspace import Workspace
 
+    ws = Workspace(root)
     uids = [f"L{i}" for i in range(len(WORDNET_STYLE))]
     n_l = len(WORDNET_STYLE)
     val_texts = ["money in the bank", "the bank of the river", "took a breath", "rivers and banks"] * 3
     val_gold = [[2], [1, 8], [0], [8, 1]] * 3
-    tst_texts = ["a bank by the river", "take a breath now"]
 
     def Y(gold):
         rows = [i for i, g in enumerate(gold) for _ in g]
         return sp.csr_matrix((np.ones(len(rows)), (rows, [c for g in gold for c in g])), shape=(len(gold), n_l))
 
-    ds = XMCDataset(uids, WORDNET_STYLE, Split(["t0"], ["x"], Y([[0]]), ["d0"]),
-                    Split(["s0", "s1"], tst_texts, Y([[1, 8], [0]]), ["e0", "e1"]), meta={"layout": "test"},
+    ds = XMCDataset(uids, WORDNET_STYLE,
+                    Split([f"t{i}" for i in range(len(trn_gold))], [f"x{i}" for i in range(len(trn_gold))],
+                          Y(trn_gold), [f"d{i}" for i in range(len(trn_gold))]),
+                    Split([f"s{i}" for i in range(len(tst_texts))], tst_texts, Y(tst_gold),
+                          [f"e{i}" for i in range(len(tst_texts))]), meta={"layout": "test"},
                     val=Split([f"v{i}" for i in range(12)], val_texts, Y(val_gold), [f"g{i % 4}" for i in range(12)]))
-    save_processed(ds, tmp_path / "data/processed")
-    for f in ("trn.jsonl", "trn_Y.npz"):
-        (tmp_path / "data/processed" / f).unlink()   # a zero-shot stage must not need them
+    save_processed(ds, ws.processed)
+    for run, seed in runs.items():
+        trained_bow(WORDNET_STYLE + val_texts + tst_texts, dim=16, n_buckets=2048, seed=seed).save(root / "trained" / run)
+        build_package(ws.package(run), name=run, method="dexml", source=root / "trained" / run, label_uids=uids,
+                      label_texts=WORDNET_STYLE, options={"index": {"kind": "exact"}})
+        base = xmc.load(str(ws.package(run)))
+        for split, texts in (("val", val_texts), ("tst", tst_texts)):
+            D, I = base.topk(texts, 5)   # evaluate.top_k: the predictor searches each base as deep
+            TopK(I.astype(np.int32), D.astype(np.float32)).save(ws.predictions(run) / f"{split}_topk.npz")
+        (ws.predictions(run) / "timing.json").write_text(json.dumps({"train_seconds": 2.0, "predict_seconds": 0.5}))
+    return ws, uids, ds
 
-    HashedBagOfWordsEncoder(dim=16, n_buckets=2048).save(tmp_path / "model")
-    build_package(tmp_path / "base_pkg", name="base", method="dexml", source=tmp_path / "model", label_uids=uids,
-                  label_texts=WORDNET_STYLE, options={"index": {"kind": "exact"}})
-    manifest = json.loads((tmp_path / "base_pkg/manifest.json").read_text())
-    idx = tmp_path / "indexes/base"
-    for part in ("encoder", "index"):
-        shutil.copytree(tmp_path / "base_pkg" / part, idx / part)
-    (idx / "predictor.json").write_text(json.dumps(manifest["predictor"]))
-    base = xmc.load(str(tmp_path / "base_pkg"))
-    for split, texts in (("val", val_texts), ("tst", tst_texts)):
-        D, I = base.topk(texts, 5)
-        TopK(I.astype(np.int32), D.astype(np.float32)).save(tmp_path / f"predictions/base/{split}_topk.npz")
 
-    params = {"hybrid": filled(HybridConfig, {"zero_shot": {"method_weight": [0.0, 1.0], "matched_bonus": [0.0]}},
-                               "hybrid"),
-              "label_names": {"mode": "auto", "max_words": 4, "cased_names": True}, "evaluate": {"top_k": 5},
-              "data": {"processed_dir": "data/processed"}, "predictions": {}, "unidec_predictions": {}}
-    summary = fuse_run(params, "base", tmp_path, zero_shot=True)
-    assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all"}
-    w = dict(zip(summary["fusion"]["features"], summary["fusion"]["weights"]))
-    assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
-    out = tmp_path / "predictions/base_zs_hybrid"
-    tst = TopK.load(out / "tst_topk.npz")
-    assert (out / "val_topk.npz").is_file() and tst.indices[1, 0] == 0   # "take a breath" names label 0
-    package_from_predictor(tmp_path / "zs_pkg", tmp_path / "indexes/base_zs_hybrid", name="zs", method="dexml",
-                           label_uids=uids, label_texts=WORDNET_STYLE)
-    S, R = xmc.load(str(tmp_path / "zs_pkg")).topk(tst_texts, 5)
-    assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)
+def test_zero_shot_fusion_does_not_depend_on_the_training_labels(tmp_path):
+    """fuse(zero_shot=True): the two weights are chosen on validation from the grids, the test split is ranked, and
+    the hybrid package ranks the same. The training split is read only to evaluate (label propensities): with other
+    training labels the fusion, its rankings and its package are byte for byte the same."""
+    import xmc
+    from xmc.package.fuse import fuse
+    from xmc.predictions import TopK
+
+    tst_texts = ["a bank by the river", "take a breath now"]
+    params = _fuse_params(zero_shot={"method_weight": [0.0, 1.0], "matched_bonus": [0.0]})
+    runs = {}
+    for trn_gold in ([[0]], [[2], [2], [3], [7]]):
+        root = tmp_path / f"trn{len(trn_gold)}"
+        ws, uids, _ = _fuse_workspace(root, tst_texts, [[1, 8], [0]], trn_gold, {"base": 0})
+        summary = fuse(params, "base_zs_hybrid", ["base"], ws, zero_shot=True)
+        assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all"}
+        w = dict(zip(summary["fusion"]["features"], summary["fusion"]["weights"]))
+        assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
+        out = ws.predictions("base_zs_hybrid")
+        tst = TopK.load(out / "tst_topk.npz")
+        assert (out / "val_topk.npz").is_file() and tst.indices[1, 0] == 0   # "take a breath" names label 0
+        assert ws.metrics("base_zs_hybrid", "val").is_file() and ws.metrics("base_zs_hybrid", "tst").is_file()
+        S, R = xmc.load(str(ws.package("base_zs_hybrid"))).topk(tst_texts, 5)
+        assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)
+        runs[len(trn_gold)] = (summary["fusion"], TopK.load(out / "val_topk.npz"), tst, S, R)
+    (f1, v1, t1, S1, R1), (f4, v4, t4, S4, R4) = runs.values()
+    assert f1 == f4
+    assert np.array_equal(v1.indices, v4.indices) and np.array_equal(v1.scores, v4.scores)
+    assert np.array_equal(t1.indices, t4.indices) and np.array_equal(t1.scores, t4.scores)
+    assert np.array_equal(R1, R4) and np.array_equal(S1, S4)
 
 
 def test_cased_names_match_only_their_spelling_and_short_ones_not_first():
@@ -351,111 +369,92 @@ def test_ensemble_fusion_learns_which_member_to_trust():
 
 
 def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
-    """fuse_ensemble over two runs' predictions: validation (cross-fitted) and test rankings are written, the
-    summary names the members and sums their costs, and the package built from indexes/ensemble_hybrid ranks the
-    test texts exactly as the stage did, searching each member's own predictor."""
-    import json
-    import shutil
-
+    """fuse over two runs' predictions (the lab's ensemble): validation (cross-fitted) and test rankings are written,
+    the summary names the members and sums their costs, and the package built with it ranks the test texts exactly
+    as the stage did, searching each member's own predictor."""
     import xmc
-    from xmc.config.schema import HybridConfig, filled
-    from xmc.data import Split, XMCDataset, save_processed
-    from xmc.encoders import HashedBagOfWordsEncoder
-    from xmc.lexical.fuse import fuse_ensemble
-    from xmc.package import build_package, package_from_predictor
+    from xmc.package.fuse import fuse
     from xmc.predictions import TopK
 
-    uids = [f"L{i}" for i in range(len(WORDNET_STYLE))]
-    n_l = len(WORDNET_STYLE)
-    val_texts = ["money in the bank", "the bank of the river", "took a breath", "rivers and banks"] * 3
-    val_gold = [[2], [1, 8], [0], [8, 1]] * 3
     tst_texts = ["a bank by the river", "take a breath now", "one-half of the irregularities"]
-
-    def Y(gold):
-        rows = [i for i, g in enumerate(gold) for _ in g]
-        return sp.csr_matrix((np.ones(len(rows)), (rows, [c for g in gold for c in g])), shape=(len(gold), n_l))
-
-    ds = XMCDataset(uids, WORDNET_STYLE, Split(["t0", "t1"], ["x", "y"], Y([[0], [1]]), ["d0", "d1"]),
-                    Split(["s0", "s1", "s2"], tst_texts, Y([[1, 8], [0], [5, 4]]), ["e0", "e1", "e2"]),
-                    meta={"layout": "test"},
-                    val=Split([f"v{i}" for i in range(12)], val_texts, Y(val_gold), [f"g{i % 4}" for i in range(12)]))
-    save_processed(ds, tmp_path / "data/processed")
-    for run, seed in (("one", 0), ("two", 1)):   # two runs: bag-of-words encoders from different seeds
-        HashedBagOfWordsEncoder(dim=16, n_buckets=2048, seed=seed).save(tmp_path / f"model_{run}")
-        build_package(tmp_path / f"pkg_{run}", name=run, method="dexml", source=tmp_path / f"model_{run}",
-                      label_uids=uids, label_texts=WORDNET_STYLE, options={"index": {"kind": "exact"}})
-        manifest = json.loads((tmp_path / f"pkg_{run}/manifest.json").read_text())
-        for part in ("encoder", "index"):
-            shutil.copytree(tmp_path / f"pkg_{run}" / part, tmp_path / "indexes" / run / part)
-        (tmp_path / "indexes" / run / "predictor.json").write_text(json.dumps(manifest["predictor"]))
-        base = xmc.load(str(tmp_path / f"pkg_{run}"))
-        for split, texts in (("val", val_texts), ("tst", tst_texts)):
-            D, I = base.topk(texts, 5)   # evaluate.top_k below: the predictor searches each member as deep
-            TopK(I.astype(np.int32), D.astype(np.float32)).save(tmp_path / f"predictions/{run}/{split}_topk.npz")
-        (tmp_path / f"predictions/{run}/timing.json").write_text(json.dumps({"train_seconds": 2.0,
-                                                                              "predict_seconds": 0.5}))
-
-    params = {"hybrid": filled(HybridConfig, {"runs": {"one": "one", "two": "two"}, "ensemble": {"members": ["one", "two"]}},
-                               "hybrid"),
-              "label_names": {"mode": "auto", "max_words": 4, "cased_names": False}, "evaluate": {"top_k": 5},
-              "data": {"processed_dir": "data/processed"}, "predictions": {}, "unidec_predictions": {}}
-    summary = fuse_ensemble(params, tmp_path)
+    ws, uids, _ = _fuse_workspace(tmp_path, tst_texts, [[1, 8], [0], [5, 4]], [[0], [1]], {"one": 0, "two": 1})
+    params = _fuse_params()
+    params["label_names"]["cased_names"] = False
+    summary = fuse(params, "ensemble_hybrid", ["one", "two"], ws)
     assert summary["members"] == ["one", "two"] and summary["fusion"]["features"][:4] == [
         "one:method_score", "one:method_retrieved", "two:method_score", "two:method_retrieved"]
     assert summary["train_seconds"] >= 4.0 and summary["predict_seconds"] >= 1.0   # both members' costs
-    out = tmp_path / "predictions/ensemble_hybrid"
+    out = ws.predictions("ensemble_hybrid")
     tst = TopK.load(out / "tst_topk.npz")
     assert TopK.load(out / "val_topk.npz").indices.shape == (12, 5) and tst.indices.shape == (3, 5)
     assert tst.indices[1, 0] == 0   # "take a breath" names label 0
-    assert sorted(p.name for p in (tmp_path / "indexes/ensemble_hybrid/bases").iterdir()) == ["one", "two"]
-    package_from_predictor(tmp_path / "ens_pkg", tmp_path / "indexes/ensemble_hybrid", name="ens", method="ensemble",
-                           label_uids=uids, label_texts=WORDNET_STYLE)
-    S, R = xmc.load(str(tmp_path / "ens_pkg")).topk(tst_texts, 5)
+    assert sorted(p.name for p in (ws.package("ensemble_hybrid") / "bases").iterdir()) == ["one", "two"]
+    S, R = xmc.load(str(ws.package("ensemble_hybrid"))).topk(tst_texts, 5)
     assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)
-    params["hybrid"]["ensemble"]["members"] = ["one"]
+
+    # a hybrid whose base is another run (hybrids one_hybrid: {base: two}, as dexml_bow_hybrid: {base:
+    # dexml_bow_epochs10}) fuses that run's predictions and ships a predictor over that run's package
+    summaries = {h: fuse(params, h, ["two"], ws) for h in ("one_hybrid", "two_hybrid")}
+    assert summaries["one_hybrid"]["base"] == summaries["two_hybrid"]["base"] == "two"
+    for split in ("val", "tst"):
+        mine, theirs = (TopK.load(ws.predictions(h) / f"{split}_topk.npz") for h in ("one_hybrid", "two_hybrid"))
+        assert np.array_equal(mine.indices, theirs.indices) and np.array_equal(mine.scores, theirs.scores)
+    S, R = xmc.load(str(ws.package("one_hybrid"))).topk(tst_texts, 5)   # searches run two's predictor
+    ranked = TopK.load(ws.predictions("one_hybrid") / "tst_topk.npz")
+    assert np.array_equal(R, ranked.indices) and np.allclose(S, ranked.scores)
+    own = fuse(params, "one_hybrid", ["one"], ws)   # its own run's candidates: other rankings
+    assert own["base"] == "one"
+    assert not np.array_equal(TopK.load(ws.predictions("one_hybrid") / "val_topk.npz").scores,
+                              TopK.load(ws.predictions("two_hybrid") / "val_topk.npz").scores)
+    # a lab hybrid fuses a run whose package is not kept: predictions only, from the base's workspace
+    from xmc.workspace import Workspace
+
+    lab = Workspace(tmp_path / "lab_run", data_root=tmp_path)
+    fuse(params, "two_hybrid", ["two"], lab, splits=("val",), base_ws=ws, with_package=False)
+    assert not lab.package("two_hybrid").exists() and not (lab.predictions("two_hybrid") / "tst_topk.npz").exists()
+    assert np.array_equal(TopK.load(lab.predictions("two_hybrid") / "val_topk.npz").indices,
+                          TopK.load(ws.predictions("two_hybrid") / "val_topk.npz").indices)
+    assert lab.metrics("two_hybrid", "val").is_file() and not lab.metrics("two_hybrid", "tst").exists()
     from xmc.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="two or more distinct runs"):
-        fuse_ensemble(params, tmp_path)
-
-    # a hybrid whose base is another run (hybrid.runs one: two, as dexml_bow: dexml_bow_epochs10) fuses that run's
-    # predictions and ships a predictor over that run's index
-    from xmc.lexical.fuse import fuse_run, hybrid_base
-
-    params["hybrid"] = filled(HybridConfig, {"runs": {"one": "two", "two": "two"}}, "hybrid")
-    assert hybrid_base(params, "one") == "two" and hybrid_base(params, "two") == "two"
-    with pytest.raises(ConfigError, match=r"hybrid\.runs: .*a mapping <run>: <base run>"):   # DVC iterates it by key
-        filled(HybridConfig, {"runs": ["one", "two"]}, "hybrid")
-    summaries = {run: fuse_run(params, run, tmp_path, base=hybrid_base(params, run)) for run in ("one", "two")}
-    assert summaries["one"]["base"] == summaries["two"]["base"] == "two"
-    for split in ("val", "tst"):
-        mine, theirs = (TopK.load(tmp_path / f"predictions/{run}_hybrid/{split}_topk.npz") for run in ("one", "two"))
-        assert np.array_equal(mine.indices, theirs.indices) and np.array_equal(mine.scores, theirs.scores)
-    package_from_predictor(tmp_path / "one_pkg", tmp_path / "indexes/one_hybrid", name="one_hybrid", method="dexml",
-                           label_uids=uids, label_texts=WORDNET_STYLE)
-    S, R = xmc.load(str(tmp_path / "one_pkg")).topk(tst_texts, 5)   # searches run two's index, as the stage ranked
-    ranked = TopK.load(tmp_path / "predictions/one_hybrid/tst_topk.npz")
-    assert np.array_equal(R, ranked.indices) and np.allclose(S, ranked.scores)
-    own = fuse_run(params, "one", tmp_path)   # outside the pipeline (a seed study fuses the run it trained)
-    assert own["base"] == "one"
-    assert not np.array_equal(TopK.load(tmp_path / "predictions/one_hybrid/val_topk.npz").scores,
-                              TopK.load(tmp_path / "predictions/two_hybrid/val_topk.npz").scores)
+    with pytest.raises(ConfigError, match="splits must include val"):
+        fuse(params, "two_hybrid", ["two"], lab, splits=("tst",), base_ws=ws, with_package=False)
+    with pytest.raises(ConfigError, match="missing \\(run the package stage of nope\\)"):
+        fuse(params, "nope_hybrid", ["nope"], ws)
 
 
-def test_the_ensemble_stage_depends_on_every_member_it_fuses():
-    """DVC cannot expand a params list into deps: the fuse_ensemble stage lists the members by hand, so a member
-    added in params.yaml without its predictions/indexes deps would not rerun the stage when that run changes."""
-    from pathlib import Path
-
+def test_a_hybrid_is_a_named_base_run_and_a_fusion_kind(tmp_path):
+    """A hybrid is {base: <run>, fusion: trained | zero_shot} under its name (DVC iterates hybrids by key)."""
     import yaml
 
     from xmc.config import load_params
+    from xmc.errors import ConfigError
+    from tests.pipeline_repo import ROOT
 
-    root = Path(__file__).resolve().parents[1]
-    members = load_params(root / "params.yaml")["hybrid"]["ensemble"]["members"]
-    deps = yaml.safe_load((root / "pipelines/predict/dvc.yaml").read_text())["stages"]["fuse_ensemble"]["deps"]
-    expected = {f"{d}/{m}" for m in members for d in ("predictions", "indexes")}
-    assert {d for d in deps if d.split("/")[0] in ("predictions", "indexes")} == expected
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())
+    loaded = load_params(ROOT / "params.yaml")["hybrids"]
+    assert loaded["maclr_zs_hybrid"] == {"base": "maclr", "fusion": "zero_shot"}
+    assert loaded["astra_hybrid"] == {"base": "astra", "fusion": "trained"}   # trained by default
+    for bad, message in ((["astra", "ramen"], r"hybrids: Input should be a valid dictionary"),
+                         ({"x_hybrid": {"base": "astra", "fusion": "later"}}, "hybrids.x_hybrid.fusion: "),
+                         ({"x_hybrid": {"fusion": "trained"}}, "hybrids.x_hybrid.base: required key is missing")):
+        (tmp_path / "params.yaml").write_text(yaml.safe_dump({**params, "hybrids": bad}, sort_keys=False))
+        with pytest.raises(ConfigError, match=message):
+            load_params(tmp_path / "params.yaml")
+
+
+def test_the_ensemble_stage_depends_on_every_member_it_fuses():
+    """DVC cannot expand a params list into deps: the lab's ensemble stage lists the members by hand, so a member
+    added in lab/params.yaml without its predictions dep would not rerun the stage when that run changes."""
+    import yaml
+
+    from lab.config import load_lab
+    from tests.pipeline_repo import ROOT
+
+    members = load_lab(ROOT / "lab/params.yaml", ROOT / "params.yaml")["lab"]["ensemble"]["members"]
+    assert len(members) >= 2
+    deps = yaml.safe_load((ROOT / "lab/dvc.yaml").read_text())["stages"]["ensemble"]["deps"]
+    assert {d for d in deps if d.split("/")[0] in ("predictions", "packages")} == {f"predictions/{m}" for m in members}
 
 
 def _interaction_table(n_rows: int = 600, per_row: int = 12, seed: int = 0):

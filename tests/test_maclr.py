@@ -288,18 +288,19 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
     for f in ("trn_Y.npz", "val_Y.npz", "tst_Y.npz"):
         (tmp_path / "data/processed" / f).unlink()   # nothing with ground-truth pairs is left
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    m = params["maclr"]
-    m["runs"] = {"tiny": {"encoder": {"kind": "bow", "dim": 16, "n_buckets": 4096, "dropout": 0.1},
-                          "stage1": _tiny_bow_stage1(),
-                          "stage2": {"dense_k": 1, "max_instances": 0, "sparse_view": "label_names", "select": "union",
-                                     "train": {"epochs": 1, "batch_size": 2, "lr": 0.05, "max_steps_per_epoch": 2,
-                                               "checkpoint_every_steps": 0}}}}
-    params["data"]["processed_dir"] = "data/processed"
-    # only the MACLR stages run here: no prediction stages, so the run lists need not name the removed runs
-    params["predictions"], params["unidec_predictions"] = {}, {}
+    params["runs"] = {"tiny": {"method": "maclr", "encoder": {"kind": "bow", "dim": 16, "n_buckets": 4096, "dropout": 0.1},
+                               "stage1": _tiny_bow_stage1(),
+                               "stage2": {"dense_k": 1, "max_instances": 0, "sparse_view": "label_names",
+                                          "select": "union",
+                                          "train": {"epochs": 1, "batch_size": 2, "lr": 0.05, "max_steps_per_epoch": 2,
+                                                    "checkpoint_every_steps": 0}}}}
+    # only the MACLR stages run here: nothing else may name the runs this file no longer has
+    params.update({"hybrids": {}, "xr_linear": {}})
+    params["report"].update({"paired": [], "training_families": {}})
+    params["registry"]["promote"] = []
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "XMC_THREADS": "1"}
-    for cmd in (["stages.maclr_pseudo_pairs"], ["stages.train", "tiny"]):
+    for cmd in (["stages.maclr_pseudo_pairs"], ["stages.plan"], ["stages.train", "tiny"]):
         p = subprocess.run([sys.executable, "-m", *cmd], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
         assert p.returncode == 0, p.stderr[-2000:]
     # the pairs folder is a DVC output every MACLR run depends on: the same inputs give the same bytes (its timings
@@ -318,13 +319,17 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
     assert set(pairs.names_ids[4][:2].tolist()) == {2, 3}   # "bank of the river": bank, river
     assert (pairs.names_ids[3] == -1).all()   # "Nothing here matches ."
     assert load_texts_only(tmp_path / "data/processed").texts == INSTANCES
+    # the run's plan (the only dependency of its train@ stage) names the pseudo pairs and no processed file
+    plan = json.loads((tmp_path / "plans/tiny.json").read_text())
+    assert list(plan["inputs"]) == ["data/maclr_pairs"] and plan["inputs"]["data/maclr_pairs"]
 
 
 def test_dvc_zero_shot_stages_do_not_depend_on_the_label_matrix():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
-    for name in ("maclr_pseudo_pairs", "train_maclr"):
-        deps = stages[name].get("deps", []) if "do" not in stages[name] else stages[name]["do"]["deps"]
-        assert "data/processed" not in deps and not any("_Y" in d for d in deps), (name, deps)
+    deps = stages["maclr_pseudo_pairs"]["deps"]
+    assert "data/processed" not in deps and not any("_Y" in d for d in deps), deps
+    # a training stage reads what its plan names (plans/maclr.json: the pseudo pairs, test_split_hygiene)
+    assert stages["train"]["do"]["deps"] == ["plans/${key}.json"]
 
 
 def test_cluster_pool_holds_the_next_steps_instances():

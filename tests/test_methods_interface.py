@@ -1,9 +1,10 @@
-"""The method interface: one run lookup, one harness, one train and one predict stage for every method.
+"""The method interface: one run lookup, one harness, one train and one package stage for every method.
 
-Every run the shipped params.yaml defines resolves to a method implementing :class:`xmc.methods.base.Method`;
-a run name defined twice is refused; the harness trains and predicts a small bag-of-words run in-process and
-what it writes is what the model package serves; and the structure the issue asked for holds (the shared
-trainer is constructed in one place per method family, stages are thin)."""
+Every run the shipped params.yaml and lab/params.yaml define resolves to a method implementing
+:class:`xmc.methods.base.Method`; a run name defined twice is refused; the harness trains and packages a small
+bag-of-words run in-process and what the package serves is what was evaluated; a run's plan lists exactly what its
+training reads; and the structure the issue asked for holds (the shared trainer is constructed in one place per
+method family, stages are thin)."""
 
 from __future__ import annotations
 
@@ -15,77 +16,102 @@ import numpy as np
 import pytest
 import yaml
 
+from lab.config import load_lab, prediction_names
 from tests.pipeline_repo import ROOT
 from xmc.config import load_params
+from xmc.config.runs import RUN_SCHEMAS, method_defaults, resolve_run, single_run
 from xmc.errors import ConfigError
 from xmc.io import pipeline_files
 from xmc.methods import METHODS, get_method
-from xmc.methods.base import Method, TrainerMethod, find_prediction
-from xmc.methods.runs import all_runs, find_run
+from xmc.methods.base import Method, TrainerMethod, ranks_of
+
+
+def _lab():
+    return load_lab(ROOT / "lab" / "params.yaml", ROOT / "params.yaml")
 
 
 def test_every_shipped_run_resolves_to_a_method_with_its_merged_settings():
-    p = load_params(ROOT / "params.yaml")
-    runs = all_runs(p)
-    assert {"dexml", "dexml_bow", "st_mnrl", "minilm_zeroshot", "maclr", "maclr_fs1", "ramen", "unidec", "astra",
-            "label_prior", "tfidf_zeroshot", "tfidf_knn"} <= set(runs)
-    for name, method in runs.items():
-        run = find_run(p, name)
-        assert run.method == method and isinstance(get_method(method), Method), name
+    cfg = _lab()
+    p, product, lab = cfg["product"], cfg["product_specs"], cfg["specs"]
+    assert set(product) == set(p["runs"])
+    assert {"dexml_bow", "minilm_zeroshot", "maclr", "ramen", "unidec", "astra", "label_prior", "tfidf_zeroshot",
+            "tfidf_knn", "name_match"} <= set(product)
+    assert {"dexml", "st_mnrl", "maclr_fs1", "astra_seed1", "dexml_bow_narrow"} <= set(lab)
+    assert set(METHODS) == set(RUN_SCHEMAS)   # every method a run may name has a class, and no class lacks a schema
+    for name, run in {**product, **lab}.items():
+        assert isinstance(get_method(run.method), Method), name
+        assert ranks_of(run) == 1, name   # the shipped runs train on one rank
     # overrides on top of the method's defaults
-    assert find_run(p, "astra_seed1").config["train"]["seed"] == 1
-    assert find_run(p, "astra_seed1").config["negatives"] == find_run(p, "astra").config["negatives"]
-    assert find_run(p, "dexml_bow").config["encoder"]["kind"] == "bow"
-    assert find_run(p, "ramen").config["regulariser"]["sets"] == p["ramen"]["defaults"]["regulariser"]["sets"]
+    assert lab["astra_seed1"].config["train"]["seed"] == 1
+    assert lab["astra_seed1"].config["negatives"] == product["astra"].config["negatives"]
+    assert product["dexml_bow"].config["encoder"]["kind"] == "bow"
+    assert product["ramen"].config["regulariser"]["sets"] == method_defaults("ramen")["regulariser"]["sets"]
+    # a lab run based on another lab run: the base's settings with its own overrides
+    assert lab["dexml_bow_softmax"].config["encoder"] == lab["dexml_bow_narrow"].config["encoder"]
+    assert lab["dexml_bow_softmax"].config["loss"]["name"] == "softmax"
     # the MNRL peer trains on the budget of the run it names
-    assert find_run(p, "st_mnrl").config["train"] == find_run(p, p["st_mnrl"]["budget_of"]).config["train"]
-    # every package is a prediction of some run; UniDEC's spaces are variants of one run
-    ens = p["hybrid"]["ensemble"]
-    for name in p["packages"]:
-        if name == ens["name"]:   # the ensemble hybrid: its package describes every member run (stages/package.py)
-            assert len(ens["members"]) >= 2 and set(ens["members"]) <= set(p["hybrid"]["runs"])
-            continue
-        run, method, options = find_prediction(p, name)
-        stem = name.removesuffix("_hybrid").removesuffix("_zs") if "hybrid" in options else name
-        # a hybrid is a prediction of its base run (hybrid.runs), the run itself unless the hybrid chose another
-        base = p["hybrid"]["runs"][stem] if name.endswith("_hybrid") and not name.endswith("_zs_hybrid") else stem
-        assert base in method.prediction_variants(run), name
-    assert "hybrid" in find_prediction(p, "astra_hybrid")[2] and "hybrid" not in find_prediction(p, "astra")[2]
-    assert find_prediction(p, "dexml_bow_hybrid")[0].name == p["hybrid"]["runs"]["dexml_bow"] == "dexml_bow_epochs10"
-    assert find_prediction(p, "dexml_bow_hybrid")[0].config["train"]["epochs"] == 10
-    assert find_prediction(p, "maclr_zs_hybrid")[2]["hybrid"]["zero_shot"] is True
-    assert find_prediction(p, "maclr_hybrid")[2]["hybrid"]["zero_shot"] is False
-    assert find_prediction(p, "unidec_de_only")[2] == {"space": "de"}
+    assert lab["st_mnrl"].config["budget_of"] == "dexml"
+    assert lab["st_mnrl"].config["train"] == lab["dexml"].config["train"]
+    # every hybrid is a prediction of a product run; the hybrid's base may be another run than its name says
+    for name, h in p["hybrids"].items():
+        assert h["base"] in product, name
+    assert p["hybrids"]["dexml_bow_hybrid"]["base"] == "dexml_bow_epochs10"
+    assert product["dexml_bow_epochs10"].config["train"]["epochs"] == 10
+    assert p["hybrids"]["maclr_zs_hybrid"]["fusion"] == "zero_shot" and p["hybrids"]["maclr_hybrid"]["fusion"] == "trained"
+    # UniDEC's spaces are predictions of one trained model
+    assert prediction_names("unidec_spaces", cfg["entries"]["unidec_spaces"]) == ["unidec_de_only", "unidec_clf_only"]
+    assert cfg["entries"]["unidec_spaces"]["from_model"] == "unidec" and "unidec_spaces" not in lab
+    assert prediction_names("unidec_no_hard", cfg["entries"]["unidec_no_hard"]) == [
+        "unidec_no_hard", "unidec_no_hard_de_only", "unidec_no_hard_clf_only"]
+
+
+def test_each_method_says_what_serves_it_and_what_its_training_reads():
+    kinds = {m: get_method(m).predictor_kind for m in METHODS}
+    assert kinds["unidec"] == "unidec" and kinds["dexml"] == kinds["astra"] == kinds["maclr"] == "dense"
+    assert kinds["tfidf_knn"] == "tfidf_knn" and kinds["name_match"] == "label_names"
+    from xmc.package.predictors import PREDICTORS
+
+    assert set(kinds.values()) <= set(PREDICTORS)
+    assert get_method("maclr").features == ("maclr_pairs",) and get_method("ramen").features == ("graph",)
+    assert get_method("maclr").splits_read(method_defaults("maclr")) == ()   # zero-shot: no processed split
 
 
 def test_an_unknown_run_is_one_line_with_a_did_you_mean():
     p = load_params(ROOT / "params.yaml")
-    with pytest.raises(ConfigError, match=r"no run 'astra_sed1'.*did you mean 'astra_seed1'"):
-        find_run(p, "astra_sed1")
+    with pytest.raises(ConfigError, match=r"no run 'dexml_bow_epoch10'.*did you mean 'dexml_bow_epochs10'"):
+        resolve_run(p, "dexml_bow_epoch10")
 
 
 def test_a_run_name_defined_twice_is_refused(tmp_path):
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    raw["astra"]["runs"]["dexml_bow"] = {}
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(ConfigError, match=r"run 'dexml_bow' is defined more than once \(runs.dexml_bow, astra.runs.dexml_bow\)"):
+    text = (ROOT / "params.yaml").read_text()
+    twice = text.replace("  astra: {method: astra}\n", "  astra: {method: astra}\n  dexml_bow: {method: astra}\n", 1)
+    assert twice != text
+    (tmp_path / "params.yaml").write_text(twice)
+    first = 1 + twice[: twice.index("  dexml_bow: {method: dexml}")].count("\n")
+    again = 1 + twice[: twice.index("  dexml_bow: {method: astra}")].count("\n")
+    with pytest.raises(ConfigError, match=rf"params.yaml:{again}: runs.dexml_bow: duplicate key \(first at line {first}\)"):
         load_params(tmp_path / "params.yaml")
+    # a lab run may not take a product run's name (the lab's results of it would shadow the product's)
+    lab = yaml.safe_load((ROOT / "lab" / "params.yaml").read_text())
+    lab["runs"]["astra"] = {"method": "astra", "train": {"epochs": 1}}
+    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(lab, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"runs.astra: 'astra' is a product run \(lab runs need names of their own\)"):
+        load_lab(tmp_path / "lab.yaml", ROOT / "params.yaml")
 
 
-def test_an_ensemble_member_must_be_a_run_predicting_both_splits(tmp_path):
-    raw = yaml.safe_load((ROOT / "params.yaml").read_text())
-    for members, error in ((["astra", "dexml_bow_ivf_mining_kmeans3"], "'dexml_bow_ivf_mining_kmeans3' must predict "
-                                                                        r"both val and tst"),   # a val-only candidate
-                           (["astra", "xr_linear"], "'xr_linear' has no predictor"),
-                           (["astra", "astra_sead1"], r"'astra_sead1' is not a run of any method \(did you mean "
-                                                      r"'astra_seed1'\?\)")):
-        raw["hybrid"]["ensemble"]["members"] = members
-        (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
-        with pytest.raises(ConfigError, match=rf"hybrid.ensemble.members.1: {error}"):
-            load_params(tmp_path / "params.yaml")
-    raw["hybrid"]["ensemble"]["members"] = ["astra", "dexml_bow_seed1"]   # any run predicting val and tst
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
-    load_params(tmp_path / "params.yaml")
+def test_an_ensemble_member_must_be_a_product_run(tmp_path):
+    raw = yaml.safe_load((ROOT / "lab" / "params.yaml").read_text())
+    for members, error in ((["astra", "dexml_bow_ivf_mining_kmeans3"], "'dexml_bow_ivf_mining_kmeans3' is not a "
+                                                                        "product run"),   # a val-only lab candidate
+                           (["astra", "xr_linear"], "'xr_linear' is not a product run"),   # no predictor to fuse
+                           (["astra", "astra_sead1"], "'astra_sead1' is not a product run")):
+        raw["ensemble"]["members"] = members
+        (tmp_path / "lab.yaml").write_text(yaml.safe_dump(raw))
+        with pytest.raises(ConfigError, match=rf"ensemble.members.1: {error}"):
+            load_lab(tmp_path / "lab.yaml", ROOT / "params.yaml")
+    raw["ensemble"]["members"] = ["astra", "tfidf_knn"]   # any product run (each predicts val and tst)
+    (tmp_path / "lab.yaml").write_text(yaml.safe_dump(raw))
+    load_lab(tmp_path / "lab.yaml", ROOT / "params.yaml")
 
 
 def test_the_registry_lists_every_method_once_and_trainer_methods_only_build():
@@ -107,34 +133,33 @@ def test_one_harness_builds_the_trainer_and_stages_stay_thin():
     # the harness for every TrainerMethod, and MACLR's two stage trainers (Stage I on ICT pairs, pairs for
     # Stage II / few-shot) which the MACLR method composes
     assert users == {"xmc/methods/base.py", "xmc/maclr/train.py"}, users
-    for p in (ROOT / "stages").glob("*.py"):
+    for p in [*(ROOT / "stages").glob("*.py"), *(ROOT / "lab" / "stages").glob("*.py")]:
         assert _calls(p, "Trainer") == 0 and _calls(p, "ANNIndex") == 0, p.name
-    for old in ("train_astra", "train_unidec", "train_ramen", "predict_unidec", "index", "maclr", "maclr_fewshot"):
+    for old in ("train_astra", "train_unidec", "train_ramen", "predict_unidec", "predict", "index", "maclr",
+                "maclr_fewshot", "selection", "label_prior"):
         assert not (ROOT / "stages" / f"{old}.py").exists(), old
-    stages = {name: st for f in pipeline_files(ROOT) for name, st in yaml.safe_load(f.read_text())["stages"].items()}
-    assert {"train", "predict", "predict_unidec", "label_prior", "tfidf_knn"} <= set(stages)
+    assert pipeline_files(ROOT) == [ROOT / "dvc.yaml"]
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
+    assert {"train", "package", "fuse", "plan", "xr_linear"} <= set(stages)
     for name, st in stages.items():
         cmd = (st.get("do") or st)["cmd"]
-        if name in ("train_xr_linear", "predict_xr_linear"):   # the linear peer runs in its own environment
-            assert cmd.startswith(".venv-pecos/bin/python -m stages.xr_linear "), name
+        if name == "xr_linear":   # the linear peer runs in its own environment, is evaluated in the main one
+            assert cmd.startswith(".venv-pecos/bin/python -m stages.xr_linear train ${key}"), name
             continue
-        if name.startswith("train"):
-            assert cmd.startswith("python -m stages.train "), name
-        if name.startswith("predict") or name in (
-                "label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match", "name_match_prior"):
-            assert cmd.startswith("python -m stages.predict "), name
+        assert cmd.split()[:3] == ["python", "-m", f"stages.{name}"], name   # one thin module per stage
+        assert (ROOT / "stages" / f"{name}.py").is_file(), name
+    assert stages["train"]["do"]["cmd"] == "python -m stages.train ${key}"
+    assert stages["package"]["do"]["cmd"] == "python -m stages.package ${key}"
+    for name, st in yaml.safe_load((ROOT / "lab" / "dvc.yaml").read_text())["stages"].items():
+        module = (st.get("do") or st)["cmd"].split("-m ")[1].split()[0]
+        assert module.startswith("lab.stages.") and (ROOT / (module.replace(".", "/") + ".py")).is_file(), name
 
 
-def test_harness_trains_predicts_and_the_package_serves_the_same(tmp_path, monkeypatch):
-    """A bag-of-words DEXML run on a tiny dataset: train_run -> models/, predict_run -> indexes/ + predictions/,
-    the package around indexes/ ranks like the predictions."""
+def _tiny(tmp_path):
     import scipy.sparse as sp
 
-    import xmc
     from xmc.data import Split, XMCDataset, save_processed
-    from xmc.methods.base import predict_run, train_run
-    from xmc.package import package_from_predictor
-    from xmc.predictions import TopK
+    from xmc.workspace import Workspace
 
     labels = ["river bank water", "money bank account", "green tree leaf", "red apple fruit"]
     texts = ["the river bank was full of water", "a bank account for money", "a leaf of a green tree",
@@ -147,24 +172,72 @@ def test_harness_trains_predicts_and_the_package_serves_the_same(tmp_path, monke
 
     ds = XMCDataset(trn=split(12), val=split(6), tst=split(6), label_uids=[f"L{i}" for i in range(4)],
                     label_texts=labels, meta={"content_sha256": "x"})
-    monkeypatch.chdir(tmp_path)
-    save_processed(ds, tmp_path / "data/processed")
+    ws = Workspace(tmp_path)
+    save_processed(ds, ws.processed)
     params = load_params(ROOT / "params.yaml")
-    params["data"]["processed_dir"] = "data/processed"
-    params["runs"]["tiny"] = {"encoder": {"kind": "bow", "dim": 8, "n_buckets": 1024, "ngram_max": 1},
-                              "negatives": {"kind": "in_batch"},
-                              "train": {"epochs": 2, "batch_size": 4, "lr": 0.05, "eval_every_epochs": 0}}
-    summary = train_run(params, "tiny", tmp_path)
-    assert summary["method"] == "dexml" and summary["epochs"] == 2 and summary["steps"] == 6
-    assert json.loads((tmp_path / "models/tiny/train_summary.json").read_text())["steps"] == 6
-    timing = predict_run(params, "tiny", ("val", "tst"), tmp_path)["tiny"]
+    params["evaluate"]["bootstrap"]["n_resamples"] = 20
+    run = single_run("dexml", {"encoder": {"kind": "bow", "dim": 8, "n_buckets": 1024, "ngram_max": 1},
+                               "negatives": {"kind": "in_batch"},
+                               "train": {"epochs": 2, "batch_size": 4, "lr": 0.05, "eval_every_epochs": 0,
+                                         "checkpoint_interval_minutes": 0}}, params, name="tiny")
+    return ds, ws, params, run
+
+
+def test_harness_trains_packages_and_the_package_serves_the_same(tmp_path, monkeypatch):
+    """A bag-of-words DEXML run on a tiny dataset: train_run -> models/tiny (summary, model.json), package_run ->
+    packages/tiny + predictions/ + metrics; the package, loaded through the API, ranks like the predictions."""
+    import xmc
+    from xmc.methods.harness import MODEL_INFO, SUMMARY, train_run
+    from xmc.package.build import package_run
+    from xmc.predictions import TopK
+
+    monkeypatch.chdir(tmp_path)
+    ds, ws, params, run = _tiny(tmp_path)
+    summary = train_run(params, run, ws)
+    assert summary["method"] == "dexml" and summary["run"] == "tiny" and summary["epochs"] == 2 and summary["steps"] == 6
+    assert json.loads((ws.model("tiny") / SUMMARY).read_text())["steps"] == 6
+    assert json.loads((ws.model("tiny") / MODEL_INFO).read_text()) == {"run": "tiny", "method": "dexml",
+                                                                        "predictor": "dense"}
+    out = package_run(params, "tiny", ws, run_params=run.config)
+    timing = out["timing"]
     assert timing["predictor"] == "dense" and set(timing["predict_seconds_by_split"]) == {"val", "tst"}
-    ref = TopK.load(tmp_path / "predictions/tiny/tst_topk.npz")
+    assert set(out["metrics"]) == {"val", "tst"} and ws.metrics("tiny", "val").is_file() and ws.metrics("tiny", "tst").is_file()
+    assert ws.contributions("tiny", "tst").is_file() and (ws.curves("tiny") / "at_k.json").is_file()
+    ref = TopK.load(ws.predictions("tiny") / "tst_topk.npz")
     assert ref.indices.shape[0] == 6 and (ref.indices[:, :4] >= 0).all()
-    package_from_predictor(tmp_path / "packages/tiny", tmp_path / "indexes/tiny", name="tiny", method="dexml",
-                           label_uids=ds.label_uids, label_texts=labels, repo=tmp_path)
-    D, I = xmc.load(str(tmp_path / "packages/tiny")).topk(ds.tst.texts, 4)
+    pkg = xmc.load(str(ws.package("tiny")))
+    assert pkg.method == "dexml" and pkg.info()["metrics"]["tst"]["P@1"] == out["metrics"]["tst"]["P@1"]
+    D, I = pkg.topk(ds.tst.texts, 4)
     assert np.array_equal(I, ref.indices[:, :4].astype(I.dtype)) and np.allclose(D, ref.scores[:, :4], atol=1e-6)
+
+
+def test_a_runs_plan_names_what_its_training_reads_and_the_code_it_imports(tmp_path):
+    """plans/<run>.json: the run's settings, the hashes of the files its method reads and of the modules its
+    training imports. A training run's code closure holds its method's module, not the package predictors (editing
+    prediction code does not retrain), and the harness."""
+    from xmc.methods.plan import REPO_ROOT, code_closure, run_plan
+
+    ds, ws, params, run = _tiny(tmp_path)
+    plan = run_plan(params, run, ws)
+    assert plan["run"] == "tiny" and plan["method"] == "dexml" and plan["config"] == run.config
+    assert set(plan["settings"]) == {"evaluate", "label_names", "index"}
+    assert set(plan["inputs"]) == {(ws.processed / f).as_posix() for f in (
+        "lbl.jsonl", "trn.jsonl", "trn_Y.npz", "val.jsonl", "val_Y.npz")}
+    assert all(isinstance(h, str) and len(h) == 64 for h in plan["inputs"].values())
+    code = set(plan["code"])
+    assert {"xmc/methods/dual_encoder.py", "xmc/methods/harness.py", "stages/train.py", "xmc/trainer/trainer.py",
+            "xmc/encoders/bow.py"} <= code
+    assert "xmc/package/predictors.py" not in code and "xmc/package/build.py" not in code
+    assert not any(f.startswith(("lab/", "xmc/report/")) for f in code)
+    for method in ("dexml", "astra", "unidec", "ramen", "maclr"):
+        module = METHODS[method].split(":")[0]
+        files = {f.relative_to(REPO_ROOT).as_posix() for f in code_closure("stages.train", "xmc.methods.harness", module)}
+        assert module.replace(".", "/") + ".py" in files, method
+        assert "xmc/package/predictors.py" not in files, method
+    # the plan is the same when nothing it names changes, and follows its inputs
+    assert run_plan(params, run, ws) == plan
+    (ws.processed / "val_Y.npz").write_bytes((ws.processed / "val_Y.npz").read_bytes() + b"\0")
+    assert run_plan(params, run, ws)["inputs"] != plan["inputs"]
 
 
 def test_set_threads_does_not_import_torch_and_applies_when_torch_loads():
@@ -175,7 +248,7 @@ def test_set_threads_does_not_import_torch_and_applies_when_torch_loads():
     import sys
 
     code = ("import sys\n"
-            "from xmc.methods.base import set_threads\n"
+            "from xmc.machine import set_threads\n"
             "set_threads()\n"
             "assert 'torch' not in sys.modules\n"
             "import torch\n"
@@ -199,7 +272,7 @@ def test_set_threads_shortens_the_openmp_spin_unless_the_user_set_one():
     from xmc.machine import OPENMP_SPIN_COUNT
 
     code = ("import os, subprocess, sys\n"
-            "from xmc.methods.base import set_threads\n"
+            "from xmc.machine import set_threads\n"
             "set_threads()\n"
             "assert 'torch' not in sys.modules\n"
             "print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))\n"

@@ -62,7 +62,7 @@ def test_predictions_equal_the_models_they_were_built_from(packages):
     for space, name in (("concat", "unidec"), ("de", "unidec_de_only"), ("clf", "unidec_clf_only")):
         D, I = xmc.load(str(packages[name])).topk(QUERIES, 10)
         assert np.allclose(D, ref[space]["scores"], atol=1e-5), space
-    feats = TfidfFeatures.load(src / "tfidf")
+    feats = TfidfFeatures.load(src / "data" / "tfidf")
     ref = tfidf_zero_shot(feats.transform(QUERIES), feats.lbl, 10)
     D, I = xmc.load(str(packages["tfidf_zeroshot"])).topk(QUERIES, 10)
     assert (I == ref.indices).all() and np.allclose(D, ref.scores)
@@ -222,3 +222,61 @@ def test_card_training_line_reads_one_stage_and_two_stage_summaries():
     assert training_budget({"train_seconds": 1279.78}) == "1279.78 s of training"   # the ensemble's sum
     # a package manifest keeps only what the line needs, and the line reads the same from it
     assert training_budget(training_record({**two_stage, "pairs": {"names_pairs": 42005}})) == training_budget(two_stage)
+
+
+def test_package_run_hard_links_the_trained_weights_and_serves_what_it_evaluated(tmp_path, monkeypatch):
+    """The package stage (xmc.package.build.package_run) of a trained run: the package's weights are hard links of
+    the trained model's files (one copy on disk), its manifest carries the run, its settings and both splits'
+    metrics as written to metrics_val/ and metrics/, and it ranks the test texts as the predictions it wrote."""
+    import os
+
+    import scipy.sparse as sp
+
+    from tests.pipeline_repo import ROOT
+    from xmc.config import load_params
+    from xmc.config.runs import single_run
+    from xmc.data import Split, XMCDataset, save_processed
+    from xmc.methods.harness import train_run
+    from xmc.package.build import package_run
+    from xmc.predictions import TopK
+    from xmc.workspace import Workspace
+
+    labels = ["river bank water", "money bank account", "green tree leaf", "red apple fruit"]
+    texts = ["the river bank was full of water", "a bank account for money", "a leaf of a green tree",
+             "an apple is a red fruit", "water in the river", "money in the account"] * 3
+    rows = [0, 1, 2, 3, 0, 1] * 3
+    Y = sp.csr_matrix((np.ones(len(rows), np.float32), (np.arange(len(rows)), rows)), shape=(len(rows), 4))
+    split = lambda n: Split([f"u{i}" for i in range(n)], texts[:n], Y[:n])   # noqa: E731
+    ds = XMCDataset(trn=split(12), val=split(6), tst=split(6), label_uids=[f"L{i}" for i in range(4)],
+                    label_texts=labels, meta={"content_sha256": "x"})
+    monkeypatch.chdir(tmp_path)
+    ws = Workspace(tmp_path)
+    save_processed(ds, ws.processed)
+    params = load_params(ROOT / "params.yaml")
+    params["evaluate"]["bootstrap"]["n_resamples"] = 20
+    run = single_run("dexml", {"encoder": {"dim": 8, "n_buckets": 1024, "ngram_max": 1},
+                               "negatives": {"kind": "in_batch"},
+                               "train": {"epochs": 2, "batch_size": 4, "lr": 0.05, "eval_every_epochs": 0}},
+                     params, name="tiny")
+    train_run(params, run, ws)
+    out = package_run(params, "tiny", ws, run_params=run.config)
+    weights = [f for f in ws.model("tiny").rglob("*") if f.is_file()
+               and f.name not in ("train_summary.json", "model.json", "README.md")]
+    assert {f.name for f in weights} == {"bow_encoder.pt", "xmc_encoder.json"}
+    for f in weights:
+        packaged = ws.package("tiny") / "encoder" / f.relative_to(ws.model("tiny"))
+        assert packaged.stat().st_ino == f.stat().st_ino and os.path.samefile(packaged, f), f
+        assert f.stat().st_nlink >= 2
+    manifest = json.loads((ws.package("tiny") / "manifest.json").read_text())
+    assert manifest["name"] == "tiny" and manifest["method"] == "dexml" and manifest["params"]["run"] == "tiny"
+    assert manifest["params"]["encoder"] == run.config["encoder"]
+    for split_name in ("val", "tst"):
+        written = json.loads(ws.metrics("tiny", split_name).read_text())
+        assert manifest["metrics"][split_name] == {k: v for k, v in written.items() if k != "ci95"}
+        assert out["metrics"][split_name]["P@1"] == written["P@1"]
+    assert manifest["dataset"]["train_instances"] == 12 and manifest["training"]
+    ref = TopK.load(ws.predictions("tiny") / "tst_topk.npz")
+    D, I = xmc.load(str(ws.package("tiny")), verify=True).topk(ds.tst.texts, 4)
+    assert np.array_equal(I, ref.indices[:, :4].astype(I.dtype)) and np.allclose(D, ref.scores[:, :4], atol=1e-6)
+    with pytest.raises(ConfigError, match="trained model folder not found"):
+        package_run(params, "untrained", ws)

@@ -1,4 +1,5 @@
-"""`dvc repro` end to end in a temporary git repository on a small real slice of semcor-wn30."""
+"""`dvc repro` end to end in a temporary git repository on a small real slice of semcor-wn30: the product pipeline
+narrowed to the baselines and the linear peer, what reruns after which change, and the lab beside it."""
 
 from __future__ import annotations
 
@@ -10,69 +11,108 @@ from tests.pipeline_repo import SEMCOR, make_repo, run, set_param, stages_run, w
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
-
-BASELINES = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear"]
+BASELINES = {"label_prior": {"method": "label_prior"}, "tfidf_zeroshot": {"method": "tfidf_zeroshot"},
+             "tfidf_knn": {"method": "tfidf_knn"}}
+ROWS = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "xr_linear", "tfidf_knn_hybrid"]
 
 
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
-    # the report of the three baselines: the dense stages have their own tiny-budget test (test_dense_e2e)
-    return make_repo(tmp_path_factory.mktemp("pipeline"), extra_params={"methods": BASELINES})
+    # the baselines, the linear peer and one hybrid (the dense runs have their own tiny-budget tests)
+    return make_repo(tmp_path_factory.mktemp("pipeline"), extra_params={"runs": BASELINES}, lab=True)
 
 
 def test_repro_then_noop_then_param_change_reruns_only_downstream(repo):
-    first = run(["dvc", "repro", "report"], repo)
+    first = run(["dvc", "repro"], repo)
     ran = stages_run(first.stdout)
-    assert {"ingest", "validate", "tfidf", "label_prior", "tfidf_zeroshot", "tfidf_knn", "train_xr_linear@xr_linear",
-            "predict_xr_linear@xr_linear", "report"} <= set(ran)
-    assert {"evaluate@label_prior", "evaluate@tfidf_zeroshot", "evaluate@tfidf_knn", "evaluate@xr_linear"} <= set(ran)
-
+    assert {"ingest", "validate", "tfidf", "plan", "train@label_prior", "train@tfidf_knn", "package@label_prior",
+            "package@tfidf_zeroshot", "package@tfidf_knn", "xr_linear@xr_linear", "fuse@tfidf_knn_hybrid",
+            "report"} <= set(ran)
     meta = json.loads((repo / "data/processed/meta.json").read_text())
     # 3 training documents: one became the validation split (whole documents move)
     assert meta["counts"]["trn"]["groups"] == 2 and meta["counts"]["val"]["groups"] == 1
     assert meta["counts"]["tst"]["groups"] == 1
     assert meta["counts"]["n_labels"] == 25819
-    for m in BASELINES:
+    for m in ROWS:
         metrics = json.loads((repo / f"metrics/{m}.json").read_text())
         assert 0 <= metrics["P@1"] <= 100 and metrics["n_test"] == meta["counts"]["tst"]["instances"]
+        val = json.loads((repo / f"metrics_val/{m}.json").read_text())
+        assert val["n_test"] == meta["counts"]["val"]["instances"]
     table = (repo / "reports/comparison.md").read_text()
-    assert "| tfidf_knn |" in table and "| label_prior |" in table and "| xr_linear |" in table
+    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "method" not in line
+            and "---" not in line and line.split("|")[1].strip() in ROWS]
+    assert rows == ROWS
     assert (repo / "reports/validation/report.html").read_text().count("<tr class=") >= 10
+    # every run and hybrid is a package whose manifest carries both splits' metrics; the linear peer is not
+    for m in ("label_prior", "tfidf_knn", "tfidf_knn_hybrid"):
+        manifest = json.loads((repo / "packages" / m / "manifest.json").read_text())
+        assert set(manifest["metrics"]) == {"val", "tst"}
+    assert not (repo / "packages" / "xr_linear").exists()
 
-    second = run(["dvc", "repro", "report"], repo)
+    second = run(["dvc", "repro"], repo)
     assert stages_run(second.stdout) == []
-    assert "up to date" in second.stdout
-
-    set_param(repo, "tfidf_knn.n_neighbors", 5)
-    third = run(["dvc", "repro", "report"], repo)
-    assert sorted(stages_run(third.stdout)) == ["evaluate@tfidf_knn", "report", "tfidf_knn"]
-    # DVC sees the changed parameter and what it changed
-    diff = run(["dvc", "params", "diff"], repo).stdout
-    assert "tfidf_knn.n_neighbors" in diff
+    set_param(repo, "runs.tfidf_knn.n_neighbors", 5)
+    third = sorted(stages_run(run(["dvc", "repro"], repo).stdout))
+    # the plan is rewritten, and only the run whose settings changed is retrained, with what reads it
+    assert third == ["fuse@tfidf_knn_hybrid", "package@tfidf_knn", "plan", "report", "train@tfidf_knn"]
+    assert "runs.tfidf_knn.n_neighbors" in run(["dvc", "params", "diff"], repo).stdout
 
 
-def test_ablations_have_their_own_report_outside_the_main_one(repo):
-    run(["dvc", "repro", "report"], repo)
-    set_param(repo, "ablations", ["tfidf_knn"])
-    # the main report does not depend on the ablation list
-    assert stages_run(run(["dvc", "repro", "report"], repo).stdout) == []
-    ran = stages_run(run(["dvc", "repro", "report_ablations"], repo).stdout)
-    assert sorted(ran) == ["evaluate_ablation@tfidf_knn", "report_ablations"]
-    abl = json.loads((repo / "ablations/metrics/tfidf_knn.json").read_text())
-    main = json.loads((repo / "metrics/tfidf_knn.json").read_text())
-    assert abl["P@1"] == main["P@1"]  # same predictions, same evaluation, another place
-    assert (repo / "ablations/plots/tfidf_knn/at_k.json").exists()
-    table = (repo / "reports/ablations.md").read_text()
-    rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ") and "method" not in line]
-    assert rows == BASELINES + ["tfidf_knn"]
+def test_prediction_code_and_another_method_do_not_retrain_a_run(repo):
+    """A training depends on its plan only: the settings, data and code its training reads. Editing code that only
+    predicts repackages the runs and retrains none; editing one method's training code retrains that method only."""
+    run(["dvc", "repro"], repo)
+    predictors = repo / "xmc/package/predictors.py"
+    predictors.write_text(predictors.read_text() + "\n# an edit of prediction code\n")
+    ran = set(stages_run(run(["dvc", "repro"], repo).stdout))
+    assert "plan" in ran and {"package@label_prior", "package@tfidf_knn", "fuse@tfidf_knn_hybrid"} <= ran
+    assert not [s for s in ran if s.startswith("train@")], ran
+    astra = repo / "xmc/methods/astra.py"   # no run of this pipeline is an ASTRA run
+    astra.write_text(astra.read_text() + "\n# an edit of another method\n")
+    assert stages_run(run(["dvc", "repro"], repo).stdout) == ["plan"]
+    plans = {p.name for p in (repo / "plans").iterdir()}
+    assert plans == {f"{r}.json" for r in BASELINES}
+    plan = json.loads((repo / "plans/tfidf_knn.json").read_text())
+    assert "xmc/methods/peers.py" in plan["code"] and "xmc/package/predictors.py" not in plan["code"]
+    assert any(p.endswith("data/tfidf") for p in plan["inputs"])
+
+
+def test_lab_reads_the_product_and_decides_on_validation_only(repo):
+    """A lab run trained on the product's data (its results in lab/runs/), the selection between a product run and
+    a lab run on the validation split, and nothing of the lab in the product's outputs."""
+    run(["dvc", "repro"], repo)
+    lab = repo / "lab/params.yaml"
+    lab.write_text(json.dumps({
+        "runs": {"tfidf_knn_k3": {"method": "tfidf_knn", "n_neighbors": 3}}, "hybrids": {}, "xr_linear": {},
+        "ensemble": {"name": "ensemble_hybrid", "members": []},
+        "selection": {"metric": "P@5", "alpha": 0.05, "choices": {
+            "knn_neighbours": {"method": "tfidf_knn", "knob": "tfidf_knn: n_neighbors", "reference": "3",
+                               "default": "10", "candidates": {"3": "tfidf_knn_k3", "10": "tfidf_knn"}},
+            "same": {"method": "tfidf", "knob": "a candidate against itself", "reference": "a", "default": "a",
+                     "candidates": {"a": "label_prior", "b": "label_prior"}}}}}))
+    run(["git", "add", "-A"], repo)
+    before = run(["git", "status", "--porcelain", "--", "metrics", "metrics_val", "reports"], repo).stdout
+    ran = stages_run(run(["dvc", "repro", "-s", "lab/dvc.yaml:plan", "lab/dvc.yaml:run@tfidf_knn_k3",
+                          "lab/dvc.yaml:selection"], repo).stdout)
+    assert ran == ["plan", "run@tfidf_knn_k3", "selection"]
+    assert run(["git", "status", "--porcelain", "--", "metrics", "metrics_val", "reports"], repo).stdout == before
+    res = repo / "lab/runs/tfidf_knn_k3"
+    assert (res / "metrics_val/tfidf_knn_k3.json").is_file() and not (res / "metrics/tfidf_knn_k3.json").exists()
+    assert not (res / "models").exists() and not (res / "packages").exists()   # only the results are kept
+    sel = json.loads((repo / "lab/reports/selection.json").read_text())
+    by = {c["name"]: c for c in sel["choices"]}
+    assert by["knn_neighbours"]["complete"] and by["knn_neighbours"]["chosen"] in ("3", "10")
+    assert by["same"]["chosen"] == "a" and by["same"]["default_is_chosen"]   # identical candidates: the reference
+    val_n = json.loads((repo / "data/processed/meta.json").read_text())["counts"]["val"]["instances"]
+    assert json.loads((res / "metrics_val/tfidf_knn_k3.json").read_text())["n_test"] == val_n
 
 
 def test_critical_validation_failure_stops_the_pipeline(tmp_path):
     data = write_xc_dataset(tmp_path / "bad_dataset", ["alpha label", "beta label", "gamma label"],
                             ["first training text", "second training text", "third training text"], ["a test text"],
                             ["0:1.0 1:1.0", "", "2:1.0"], ["1:1.0"])  # training row 2 has no label: critical
-    repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0, extra_params={"methods": BASELINES})
-    p = run(["dvc", "repro", "report"], repo, check=False)
+    repo = make_repo(tmp_path / "repo", dataset_dir=data, trn_docs=0, tst_docs=0, extra_params={"runs": BASELINES})
+    p = run(["dvc", "repro"], repo, check=False)
     assert p.returncode != 0
     err = p.stderr + p.stdout
     assert "data validation failed: trn: every training instance has at least one label (1 unexpected)" in err
@@ -90,28 +130,3 @@ def test_malformed_dataset_fails_ingest_with_one_line(tmp_path):
     assert p.stderr.strip().splitlines() == [f"error: {data / 'trn_X_Y.txt'}:3: label id 7 out of range [0, 2)"]
     assert not (repo / "data/processed").exists()
     assert not list((repo / "data").glob(".*tmp*")) if (repo / "data").exists() else True
-
-
-def test_selection_reads_validation_only_and_keeps_the_reference_on_a_tie(repo):
-    """`dvc repro selection` on the baselines: validation predictions and metrics only, no test evaluation,
-    and a choice between candidates decided by the paired-bootstrap rule."""
-    set_param(repo, "selection", {"metric": "P@5", "alpha": 0.05, "choices": {
-        "baseline": {"method": "tfidf", "knob": "which TF-IDF baseline", "reference": "zeroshot", "default": "knn",
-                     "candidates": {"zeroshot": "tfidf_zeroshot", "knn": "tfidf_knn"}},
-        "same": {"method": "tfidf", "knob": "a candidate against itself", "reference": "a", "default": "a",
-                 "candidates": {"a": "label_prior", "b": "label_prior"}}}})
-    run(["git", "add", "-A"], repo)
-    ran = stages_run(run(["dvc", "repro", "selection"], repo).stdout)
-    assert "selection" in ran and "evaluate_val@tfidf_knn" in ran
-    assert not [r for r in ran if r.startswith(("evaluate@", "report"))], ran
-    sel = json.loads((repo / "reports/selection.json").read_text())
-    by = {c["name"]: c for c in sel["choices"]}
-    knn = by["baseline"]
-    assert knn["complete"] and knn["best"] == "knn" and knn["p_value"] < 0.05  # kNN is far ahead of zero-shot
-    assert knn["chosen"] == "knn" and knn["default_is_chosen"]
-    same = by["same"]
-    assert same["chosen"] == "a" and same["default_is_chosen"]       # identical candidates: the reference stays
-    val_n = json.loads((repo / "data/processed/meta.json").read_text())["counts"]["val"]["instances"]
-    assert json.loads((repo / "metrics_val/tfidf_knn.json").read_text())["n_test"] == val_n
-    md = (repo / "reports/selection.md").read_text()
-    assert "validation" in md and "tfidf_knn" in md

@@ -1,5 +1,4 @@
-"""Prediction through a model package: texts -> top-k labels with scores, and the prediction stage's harness
-writing the same top-k as the package API."""
+"""Prediction through a model package: texts -> top-k labels with scores, streamed or in one batch alike."""
 
 from __future__ import annotations
 
@@ -8,18 +7,19 @@ import json
 import numpy as np
 import pytest
 
-from xmc.encoders import HashedBagOfWordsEncoder
+from tests.package_fixtures import trained_bow
 from xmc.errors import DataFormatError
 from xmc.package import build_package, load
 from xmc.package.inputs import iter_input
 
 LABELS = [("L0", "river bank water"), ("L1", "money bank account"), ("L2", "green tree leaf")]
+QUERIES = ["green leaf on a tree", "open a bank account with money"]
 
 
 @pytest.fixture
 def package(tmp_path):
-    enc = HashedBagOfWordsEncoder(dim=64, n_buckets=8192)
-    enc.save(tmp_path / "model")
+    # an encoder whose rows of these words moved (a saved encoder keeps only those: the others encode as zero)
+    trained_bow([t for _, t in LABELS] + QUERIES, dim=64, n_buckets=8192).save(tmp_path / "model")
     build_package(tmp_path / "pkg", name="tiny", method="dexml", source=tmp_path / "model",
                   label_uids=[u for u, _ in LABELS], label_texts=[t for _, t in LABELS], options={"index": {"kind": "exact"}})
     return tmp_path / "pkg"
@@ -27,10 +27,11 @@ def package(tmp_path):
 
 def test_package_predicts_ranked_labels_with_scores(package):
     pkg = load(package)
-    rows = pkg.predict(["green leaf on a tree", "open a bank account with money"], k=2)
+    rows = pkg.predict(QUERIES, k=2)
     assert rows[0][0].uid == "L2" and rows[1][0].uid == "L1"
     assert len(rows[0]) == 2 and rows[0][0].score >= rows[0][1].score
     assert rows[0][0].text == "green tree leaf"
+    assert load(package).predict(["zebra quasar"], k=1)[0][0].score == 0.0   # no trained word: no evidence
 
 
 def test_stream_equals_batch_and_bad_input_is_one_line(package, tmp_path):

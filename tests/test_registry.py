@@ -1,20 +1,26 @@
 """The model registry on a real git + DVC repository: packages pushed to a DVC remote, versions and the prod
-stage as GTO tags, the promotion gate on validation metrics, and a fresh clone that predicts after
+stage as GTO tags on the artifacts of dvc.yaml, the promotion gate on validation metrics, bare names that
+resolve to the workspace's packages/<name>/ (artifact or not), and a fresh clone that predicts after
 `dvc pull` without training."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.pipeline_repo import (PACKAGES, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, set_param,
-                                 stages_run)
+from tests.pipeline_repo import (ROOT, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run,
+                                 set_param, stages_run)
 from tests.test_cli_serve import XMC
-from xmc.package.registry import gate
+from xmc.errors import ConfigError
+from xmc.package.registry import format_listing, gate, listing, resolve
 
-pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
+WORDNET = (ROOT / ".." / "shared" / "datasets" / "wordnet30").resolve()
+needs_data = pytest.mark.skipif(not SEMCOR.exists() or not WORDNET.exists(),
+                                reason="../shared/datasets/semcor-wn30 or wordnet30 not present")
 
 BASELINES = ["label_prior", "tfidf_zeroshot", "tfidf_knn"]
 
@@ -32,8 +38,14 @@ def commit(repo, msg):
 @pytest.fixture(scope="module")
 def repo(tmp_path_factory):
     base = tmp_path_factory.mktemp("registry")
-    r = make_repo(base / "repo", extra_params={"methods": BASELINES})
+    r = make_repo(base / "repo", extra_params={"runs": {m: {"method": m} for m in BASELINES}, "hybrids": {},
+                                               "xr_linear": {}, "graph.wordnet_dir": str(WORDNET)})
+    # the registry versions tfidf_knn: an artifact of dvc.yaml; label_prior and tfidf_zeroshot are packages only
+    dvc = yaml.safe_load((r / "dvc.yaml").read_text())
+    dvc["artifacts"]["tfidf_knn"] = {"path": "packages/tfidf_knn", "type": "model"}
+    (r / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
     run(["dvc", "remote", "add", "-d", "local", str(base / "remote")], r)
+    commit(r, "tfidf_knn is an artifact")
     return r
 
 
@@ -53,21 +65,97 @@ def test_gate_decisions():
     assert not gate({"metrics": {}}, None, cfg).promote                  # no validation metrics: refused
 
 
+def _workspace(tmp_path: Path) -> Path:
+    """A repository layout (dvc.yaml with artifacts, .dvc/, params.yaml, packages/) without any DVC run: what
+    resolve() reads to turn a bare name into a folder."""
+    root = tmp_path / "ws"
+    (root / ".dvc").mkdir(parents=True)
+    (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {}, "artifacts": {
+        "astra": {"path": "packages/astra", "type": "model"},
+        "elsewhere": {"path": "exported/elsewhere", "type": "model"}}}))
+    (root / "params.yaml").write_text(yaml.safe_dump({"runs": {"astra": {"method": "astra"},
+                                                               "tfidf_knn": {"method": "tfidf_knn"}},
+                                                      "hybrids": {"astra_hybrid": {"base": "astra"}}}))
+    for rel in ("packages/tfidf_knn", "packages/astra_hybrid", "exported/elsewhere", "tfidf_zeroshot"):
+        (root / rel).mkdir(parents=True)
+        (root / rel / "manifest.json").write_text("{}")
+    return root
+
+
+def test_bare_names_resolve_to_the_workspace_packages_artifact_or_not(tmp_path, monkeypatch):
+    root = _workspace(tmp_path)
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("XMC_REPO_DIR", raising=False)
+    assert resolve("tfidf_knn", root) == root / "packages/tfidf_knn"          # not an artifact: still its package
+    assert resolve("astra_hybrid", root) == root / "packages/astra_hybrid"
+    assert resolve("elsewhere", root) == root / "exported/elsewhere"          # an artifact's own path
+    with pytest.raises(ConfigError, match=r"'astra' is not in the workspace: `dvc pull packages/astra` .*"
+                                          r"`dvc repro package@astra` builds it"):
+        resolve("astra", root)
+    # a folder of the working directory: a path for the CLI, never for a registry-name-only lookup
+    assert resolve("tfidf_zeroshot", root) == Path("tfidf_zeroshot")
+    with pytest.raises(ConfigError, match=r"no package packages/tfidf_zeroshot/ .* no artifact 'tfidf_zeroshot'"):
+        resolve("tfidf_zeroshot", root, paths=False)
+    # versions and stages exist only for artifacts
+    with pytest.raises(ConfigError, match="'tfidf_knn' is not an artifact of .*, so it has no stage 'prod' "
+                                          r"\(its workspace package is packages/tfidf_knn/\)"):
+        resolve("tfidf_knn#prod", root)
+    with pytest.raises(ConfigError, match="so it has no version v1.2.3"):
+        resolve("tfidf_knn@v1.2.3", root)
+    rows = {r["name"]: r for r in listing(root)}
+    assert set(rows) == {"astra", "elsewhere", "tfidf_knn", "astra_hybrid"}
+    assert rows["tfidf_knn"]["workspace"] and not rows["tfidf_knn"]["artifact"]
+    assert rows["astra"]["artifact"] and not rows["astra"]["workspace"] and rows["astra"]["stage"] == "package@astra"
+    assert rows["astra_hybrid"]["stage"] == "fuse@astra_hybrid" and rows["elsewhere"]["path"] == "exported/elsewhere"
+    text = format_listing(listing(root, "astra"))
+    assert "no (dvc pull packages/astra, or dvc repro package@astra)" in text and "tfidf_knn" not in text
+    with pytest.raises(ConfigError, match="'nope': no artifact of that name"):
+        listing(root, "nope")
+
+
+def test_the_batch_flow_loads_only_packages_under_packages(tmp_path, monkeypatch):
+    """The batch-prediction flow's lookup: a name is packages/<name>/ or nothing; an artifact whose path lies
+    elsewhere, a folder of the working directory or a symlink out of packages/ is refused."""
+    from flows.batch_predict import model_folder
+    from flows.guard import ParameterRefused
+
+    root = _workspace(tmp_path)
+    monkeypatch.chdir(root)
+    assert model_folder("tfidf_knn", root) == root / "packages/tfidf_knn"
+    assert model_folder("packages/astra_hybrid", root) == (root / "packages/astra_hybrid").resolve()
+    with pytest.raises(ParameterRefused, match="outside"):
+        model_folder("elsewhere", root)
+    with pytest.raises(ConfigError, match="no package packages/tfidf_zeroshot/"):
+        model_folder("tfidf_zeroshot", root)
+    (root / "packages/linked").symlink_to(root / "tfidf_zeroshot")
+    for spec in ("linked", "packages/linked", "exported/elsewhere", "packages/../tfidf_zeroshot"):
+        with pytest.raises(ParameterRefused):
+            model_folder(spec, root)
+
+
+@needs_data
 def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
-    ran = set(stages_run(run(["dvc", "repro", PACKAGES], repo, timeout=900).stdout))
+    ran = set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))
     assert {f"package@{m}" for m in BASELINES} <= ran
     assert_packages_predict_like_the_pipeline(repo, BASELINES)
-    run(["dvc", "push", PACKAGES], repo)
+    run(["dvc", "push", "package"], repo)
     commit(repo, "first packages")
     p = xmc_in(repo, "promote", "tfidf_knn")
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["promote"] and res["assigned"] == "v0.1.0" and res["current_version"] is None
     first_val = json.loads((repo / "packages/tfidf_knn/manifest.json").read_text())["metrics"]["val"]
+    # a package that is no artifact is not versioned
+    p = xmc_in(repo, "promote", "label_prior")
+    assert p.returncode == 2 and "no artifact 'label_prior'" in p.stderr, p.stderr
+    # ... but its name loads it from packages/
+    (repo / "in.txt").write_text("he went to the bank to deposit his money\n")
+    p = xmc_in(repo, "predict", "label_prior", "-k", "2", "--input", "in.txt")
+    assert p.returncode == 0 and len(json.loads(p.stdout)["labels"]) == 2, p.stderr
     # a worse candidate (one neighbour votes): the gate keeps the current prod
-    set_param(repo, "tfidf_knn.n_neighbors", 1)
-    assert "package@tfidf_knn" in stages_run(run(["dvc", "repro", PACKAGES], repo, timeout=900).stdout)
-    run(["dvc", "push", PACKAGES], repo)
+    set_param(repo, "runs.tfidf_knn.n_neighbors", 1)
+    assert "package@tfidf_knn" in stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout)
+    run(["dvc", "push", "package"], repo)
     commit(repo, "one neighbour")
     p = xmc_in(repo, "promote", "tfidf_knn")
     res = json.loads(p.stdout)
@@ -75,11 +163,14 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     assert any("below the current" in r for r in res["reasons"])
     p = xmc_in(repo, "registry")
     assert p.returncode == 0 and "tfidf_knn" in p.stdout and "v0.1.0" in p.stdout, p.stdout + p.stderr
+    rows = {r["name"]: r for r in listing(repo)}
+    assert rows["tfidf_knn"]["latest"] == "v0.1.0" and rows["tfidf_knn"]["stages"].get("prod") == "v0.1.0"
+    assert rows["label_prior"]["workspace"] and not rows["label_prior"]["artifact"]
     # prod still serves the first version: fetched from the DVC cache into the package cache
     p = xmc_in(repo, "info", "tfidf_knn#prod", "--json")
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["metrics"]["val"]["P@1"] == first_val["P@1"]
-    assert json.loads(p.stdout)["params"]["tfidf_knn"]["n_neighbors"] != 1
+    assert json.loads(p.stdout)["params"]["n_neighbors"] != 1
 
     # a fresh clone predicts after `dvc pull`, without training
     clone = tmp_path / "clone"

@@ -425,34 +425,40 @@ def test_a_hybrids_base_is_chosen_on_the_hybrids_figures_and_a_value_without_a_r
         filled(SelectionChoice, {**choice, "default": "5"}, "c")
 
 
-def test_a_seed_study_side_is_the_pipelines_run_with_only_its_seed_and_overrides_changed():
-    """bench.seed_study trains each side through train_run: the run as params.yaml defines it, its seeds set."""
-    from bench.seed_study import seeded_params
-    from xmc.config import load_params
-    from xmc.methods.runs import find_run
+def test_a_seed_study_side_is_the_pipelines_run_with_only_its_seed_and_overrides_changed(monkeypatch):
+    """lab.bench.seed_study trains each side through train_run: the run as params.yaml or lab/params.yaml defines
+    it, its seeds set."""
+    from lab.bench.seed_study import all_runs, seeded_run
 
-    params = load_params(ROOT / "params.yaml")
-    before = json.dumps(params, sort_keys=True, default=str)
-    cand = seeded_params(params, "unidec_dropout01", {}, 4)
-    assert json.dumps(params, sort_keys=True, default=str) == before   # a copy: the pipeline's params untouched
-    got, want = find_run(cand, "unidec_dropout01").config, find_run(params, "unidec_dropout01").config
+    monkeypatch.chdir(ROOT)
+    params, specs = all_runs()
+    before = json.dumps({n: s.config for n, s in specs.items()}, sort_keys=True, default=str)
+    cand = seeded_run(specs, params, "unidec_dropout01", {}, 4)   # a lab run
+    assert json.dumps({n: s.config for n, s in specs.items()}, sort_keys=True, default=str) == before   # untouched
+    got, want = cand.config, specs["unidec_dropout01"].config
+    assert cand.name == "unidec_dropout01" and cand.method == "unidec"
     assert got["train"]["seed"] == got["encoder"]["seed"] == 4 and got["model"]["dropout"] == 0.1
     strip = lambda c: {**c, "train": {**c["train"], "seed": 0}, "encoder": {**c["encoder"], "seed": 0}}   # noqa: E731
     assert strip(got) == strip(want)
-    assert find_run(cand, "unidec").config == find_run(params, "unidec").config   # the other runs as they were
-    over = find_run(seeded_params(params, "dexml_bow", {"negatives": {"refresh_every_epochs": 2}}, 1), "dexml_bow")
+    over = seeded_run(specs, params, "dexml_bow", {"negatives": {"refresh_every_epochs": 2}}, 1)   # a product run
     assert over.config["negatives"]["refresh_every_epochs"] == 2 and over.config["train"]["seed"] == 1
+    assert strip(over.config) == strip({**specs["dexml_bow"].config,
+                                        "negatives": {**specs["dexml_bow"].config["negatives"],
+                                                      "refresh_every_epochs": 2}})
     with pytest.raises(SystemExit, match="not a trained run"):
-        seeded_params(params, "tfidf_zeroshot", {}, 1)
+        seeded_run(specs, params, "tfidf_zeroshot", {}, 1)
+    with pytest.raises(SystemExit, match="not a trained run"):
+        seeded_run(specs, params, "unidec_spaces", {}, 1)   # predicts with a product model: nothing to train
+    with pytest.raises(SystemExit, match="negatives.refresh_every_epochz"):
+        seeded_run(specs, params, "dexml_bow", {"negatives": {"refresh_every_epochz": 2}}, 1)
 
 
 def test_a_seed_study_cut_short_resumes_where_it_stopped(tmp_path, monkeypatch):
     """--out is written after every model; --resume trains only the (seed, side) rows it lacks."""
     import types
 
-    import bench.seed_study as study
+    import lab.bench.seed_study as study
     import xmc.data
-    from xmc.methods.runs import find_run
 
     val = types.SimpleNamespace(Y=sp.csr_matrix(np.eye(4, dtype=np.float32)))
     monkeypatch.setattr(xmc.data, "load_processed", lambda *a, **k: types.SimpleNamespace(val=val))
@@ -460,10 +466,10 @@ def test_a_seed_study_cut_short_resumes_where_it_stopped(tmp_path, monkeypatch):
     trained: list[tuple[str, int]] = []
     budget = {"models": 3}
 
-    def fake_train_and_rank(params, run, processed, ds, hybrid=False):
+    def fake_train_and_rank(params, spec, data_root, ds, hybrid=False):
         if len(trained) == budget["models"]:
             raise MemoryError("killed")
-        seed = find_run(params, run).config["train"]["seed"]
+        run, seed = spec.name, spec.config["train"]["seed"]
         trained.append((run, seed))
         p5 = 40.0 + seed + (0.5 if run == "dexml_bow_refresh5" else 0.0)
         row = {"P@1": p5 + 20, "P@5": p5, "PSP@5": 17.0, "R@100": 60.0, "train_seconds": 1.0}

@@ -1,6 +1,6 @@
 """The TF-IDF shortlist re-ranked by a dense model (``index.shortlist``): the re-rank is the model's own ranking of
 the shortlisted labels, texts without a shortlist are searched over every label, and the prediction stage keeps
-the shortlist only where the validation split does not reject it."""
+the shortlist only where the validation split does not reject it (xmc.package.build.package_run)."""
 
 from __future__ import annotations
 
@@ -50,7 +50,9 @@ def _tiny_run(tmp_path, monkeypatch, shortlist: str, top_k: int = 5):
     ``index.shortlist`` applies; returns (params, dataset)."""
     from xmc.baselines import fit_tfidf
     from xmc.data import Split, XMCDataset, save_processed
-    from xmc.methods.base import train_run
+    from xmc.config.runs import single_run
+    from xmc.methods.harness import train_run
+    from xmc.workspace import Workspace
 
     # "the" in six label texts: texts with it get a shortlist of six, texts without one of fewer than k = 5
     labels = ["the river bank water", "the money bank account", "the green tree leaf", "the red apple fruit",
@@ -67,83 +69,95 @@ def _tiny_run(tmp_path, monkeypatch, shortlist: str, top_k: int = 5):
     ds = XMCDataset(trn=split(0, 18), val=split(0, 9), tst=split(9, 18), label_uids=[f"L{i}" for i in range(8)],
                     label_texts=labels, meta={"content_sha256": "x"})
     monkeypatch.chdir(tmp_path)
-    save_processed(ds, tmp_path / "data/processed")
+    ws = Workspace(tmp_path)
+    save_processed(ds, ws.processed)
     params = load_params(ROOT / "params.yaml")
-    params["data"]["processed_dir"] = "data/processed"
+    params["evaluate"]["bootstrap"]["n_resamples"] = 20
     params["evaluate"].update({"top_k": top_k, "recall_ks": [top_k]})
     params["index"].update({"kind": "hnsw", "shortlist": shortlist, "shortlist_k": 6,   # HNSW: IVF needs more vectors
                             "recall_target": None, "nprobe": 1, "pq_fallback": False})
-    params["runs"]["tiny"] = {"encoder": {"kind": "bow", "dim": 8, "n_buckets": 1024, "ngram_max": 1},
-                              "negatives": {"kind": "in_batch"},
-                              "train": {"epochs": 2, "batch_size": 4, "lr": 0.05, "eval_every_epochs": 0}}
-    fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(tmp_path / "data/tfidf")
-    train_run(params, "tiny", tmp_path)
-    return params, ds
+    run = single_run("dexml", {"encoder": {"kind": "bow", "dim": 8, "n_buckets": 1024, "ngram_max": 1},
+                               "negatives": {"kind": "in_batch"},
+                               "train": {"epochs": 2, "batch_size": 4, "lr": 0.05, "eval_every_epochs": 0}},
+                     params, name="tiny")
+    fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(ws.tfidf)
+    train_run(params, run, ws)
+    return params, ds, ws, run
 
 
-def test_the_prediction_stage_keeps_the_shortlist_and_the_package_serves_it(tmp_path, monkeypatch):
+def _package(params, ws, run, splits=("val", "tst")):
+    from xmc.package.build import package_run
+
+    return package_run(params, "tiny", ws, splits=splits, run_params=run.config)
+
+
+def _verdicts(monkeypatch, fake):
+    """The package stage's paired tests on validation answer ``fake`` (a, b, metric, ...) -> test."""
+    monkeypatch.setattr("xmc.package.build.paired_bootstrap", fake)
+
+
+def test_the_package_stage_keeps_the_shortlist_and_the_package_serves_it(tmp_path, monkeypatch):
     import xmc
     from xmc.baselines.tfidf import TfidfFeatures
     from xmc.encoders import load_encoder
-    from xmc.methods.base import predict_run
-    from xmc.package import package_from_predictor
     from xmc.predictions import TopK
 
-    params, ds = _tiny_run(tmp_path, monkeypatch, "auto")
+    params, ds, ws, run = _tiny_run(tmp_path, monkeypatch, "auto")
     # a significant loss on validation would reject the shortlist: make the decision see a tie
-    monkeypatch.setattr("xmc.metrics.bootstrap.paired_bootstrap", lambda a, b, metric, *args: {
+    _verdicts(monkeypatch, lambda a, b, metric, *args: {
         "metric": metric, "a": 50.0, "b": 50.0, "diff": 0.0, "ci95": [-1.0, 1.0], "p_value": 1.0})
-    timing = predict_run(params, "tiny", ("val", "tst"), tmp_path)["tiny"]
+    out = _package(params, ws, run)
+    timing = out["timing"]
+    assert timing == json.loads((ws.predictions("tiny") / "timing.json").read_text())
     assert timing["predictor"] == "shortlist" and timing["index_kind"] == "tfidf_shortlist"
     sl = timing["shortlist"]
     assert sl["kept"] and sl["decided_on"] == "val" and sl["test"]["verdict"] == "tie" and sl["texts"] == 9
     assert set(sl["val_metrics_on_exact_texts"]) == {"shortlist", "exact"} and 0 <= timing["index_recall"] <= 1
     assert sl["shortlist_k"] == 6 and list(sl["sizes"]) == ["6"] and sl["exact_texts"] == 9
-    assert json.loads((tmp_path / "indexes/tiny/predictor.json").read_text())["base"]["kind"] == "dense"
+    section = json.loads((ws.package("tiny") / "manifest.json").read_text())["predictor"]
+    assert section == out["predictor"] and section["kind"] == "shortlist" and section["base"]["kind"] == "dense"
 
     # what the stage wrote: the model's scores over the text's 6 labels of highest TF-IDF cosine, best first;
     # a text sharing a term with fewer than k = 5 labels is searched over every label
-    enc = load_encoder(tmp_path / "models/tiny")
+    enc = load_encoder(ws.model("tiny"))
     S = enc.encode(ds.tst.texts, "query") @ enc.encode(ds.label_texts, "label").T
-    Xq = TfidfFeatures.load(tmp_path / "data/tfidf").transform(ds.tst.texts)
-    T = (Xq @ sp.load_npz(tmp_path / "data/tfidf/X_lbl.npz").T).toarray()
+    Xq = TfidfFeatures.load(ws.tfidf).transform(ds.tst.texts)
+    T = (Xq @ sp.load_npz(ws.tfidf / "X_lbl.npz").T).toarray()
     short = (T > 0).sum(1) < 5
     assert 0 < short.sum() < len(short) and sl["full_searches"]["tst"] == short.sum()
-    ref = TopK.load(tmp_path / "predictions/tiny/tst_topk.npz")
+    assert "val" in sl["full_searches"]   # the validation split was predicted while the shortlist was chosen
+    ref = TopK.load(ws.predictions("tiny") / "tst_topk.npz")
     for r in range(len(ds.tst.texts)):
         allowed = np.arange(8) if short[r] else np.lexsort((np.arange(8), -T[r]))[:6]
         order = allowed[np.argsort(-S[r, allowed], kind="stable")][:5]
         got = ref.indices[r][ref.indices[r] >= 0]
         assert set(got.tolist()) == set(order.tolist()) and np.allclose(ref.scores[r][: len(got)],
                                                                            S[r, got], atol=1e-5), r
-    package_from_predictor(tmp_path / "packages/tiny", tmp_path / "indexes/tiny", name="tiny", method="dexml",
-                           label_uids=ds.label_uids, label_texts=ds.label_texts, repo=tmp_path)
-    D, I = xmc.load(str(tmp_path / "packages/tiny")).topk(ds.tst.texts, 5)
+    D, I = xmc.load(str(ws.package("tiny"))).topk(ds.tst.texts, 5)
     assert np.array_equal(I, ref.indices.astype(I.dtype)) and np.allclose(D, ref.scores, atol=1e-6)
 
 
-def test_the_prediction_stage_builds_the_index_where_validation_rejects_the_shortlist(tmp_path, monkeypatch):
-    from xmc.methods.base import predict_run
-
-    params, _ = _tiny_run(tmp_path, monkeypatch, "auto")
-    monkeypatch.setattr("xmc.metrics.bootstrap.paired_bootstrap", lambda a, b, metric, *args: {
+def test_the_package_stage_builds_the_index_where_validation_rejects_the_shortlist(tmp_path, monkeypatch):
+    params, _, ws, run = _tiny_run(tmp_path, monkeypatch, "auto")
+    _verdicts(monkeypatch, lambda a, b, metric, *args: {
         "metric": metric, "a": 40.0, "b": 50.0, "diff": -10.0, "ci95": [-15.0, -5.0], "p_value": 0.001})
-    timing = predict_run(params, "tiny", ("val", "tst"), tmp_path)["tiny"]
+    timing = _package(params, ws, run)["timing"]
     assert timing["predictor"] == "dense" and timing["index_kind"] == "hnsw"
     assert timing["shortlist"]["kept"] is False and timing["shortlist"]["test"]["verdict"] == "exact better"
-    assert not (tmp_path / "indexes/tiny/base").exists() and not (tmp_path / "indexes/tiny/tfidf").exists()
+    assert not (ws.package("tiny") / "base").exists() and not (ws.package("tiny") / "tfidf").exists()
     # without a validation split there is nothing to decide on: the index, and the record says why
-    timing = predict_run(params, "tiny", ("tst",), tmp_path)["tiny"]
+    timing = _package(params, ws, run, ("tst",))["timing"]
     assert timing["predictor"] == "dense" and "no validation split" in timing["shortlist"]["why"]
     # shortlist: tfidf keeps it without asking; its recall against exact search is still reported
     params["index"]["shortlist"] = "tfidf"
-    timing = predict_run(params, "tiny", ("tst",), tmp_path)["tiny"]
+    timing = _package(params, ws, run, ("tst",))["timing"]
     assert timing["predictor"] == "shortlist" and timing["shortlist"]["kept"] and "test" not in timing["shortlist"]
     assert timing["index_recall_queries"] == 9 and 0 <= timing["index_recall"] <= 1
+    assert set(timing["shortlist"]["full_searches"]) == {"tst"}
 
 
 def test_a_shortlist_shorter_than_the_predictions_is_refused(tmp_path, monkeypatch):
-    from xmc.methods.base import _shortlist_mode
+    from xmc.package.build import _shortlist_mode
 
     params = load_params(ROOT / "params.yaml")
     params["index"].update({"kind": "auto", "auto_exact_max": 2, "shortlist": "auto", "shortlist_k": 50})
@@ -175,9 +189,7 @@ def test_full_search_of_a_few_texts_equals_exact_search():
 @pytest.mark.parametrize("larger_better", [True, False])
 def test_the_shortlist_size_is_the_smallest_unless_a_larger_is_significantly_better(tmp_path, monkeypatch,
                                                                                    larger_better):
-    from xmc.methods.base import predict_run
-
-    params, _ = _tiny_run(tmp_path, monkeypatch, "auto")
+    params, _, ws, run = _tiny_run(tmp_path, monkeypatch, "auto")
     params["index"]["shortlist_k"] = [7, 5]
     answers = iter([(1.0, 0.001) if larger_better else (1.0, 0.3), (0.0, 1.0)])   # k7 vs k5, then vs exact
 
@@ -185,9 +197,9 @@ def test_the_shortlist_size_is_the_smallest_unless_a_larger_is_significantly_bet
         diff, p = next(answers)
         return {"metric": metric, "a": 50.0 + diff, "b": 50.0, "diff": diff, "ci95": [0.0, 0.0], "p_value": p}
 
-    monkeypatch.setattr("xmc.metrics.bootstrap.paired_bootstrap", fake)
-    sl = predict_run(params, "tiny", ("val", "tst"), tmp_path)["tiny"]["shortlist"]
+    _verdicts(monkeypatch, fake)
+    sl = _package(params, ws, run)["timing"]["shortlist"]
     chosen = 7 if larger_better else 5
     assert sl["kept"] and sl["shortlist_k_candidates"] == [5, 7] and sl["shortlist_k"] == chosen
     assert sl["sizes"]["7"]["test_against_k5"]["verdict"] == ("k7 better" if larger_better else "tie")
-    assert json.loads((tmp_path / "indexes/tiny/predictor.json").read_text())["shortlist_k"] == chosen
+    assert json.loads((ws.package("tiny") / "manifest.json").read_text())["predictor"]["shortlist_k"] == chosen

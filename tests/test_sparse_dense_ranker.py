@@ -1,4 +1,4 @@
-"""The cross-fitting folds of bench/sparse_dense_ranker.py: a training sentence's embedding must come from an
+"""The cross-fitting folds of lab/bench/sparse_dense_ranker.py: a training sentence's embedding must come from an
 encoder that saw neither it nor the rest of its document."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.sparse_dense_ranker import group_folds
+from lab.bench.sparse_dense_ranker import group_folds
 
 
 def test_folds_keep_each_document_whole_and_are_balanced():

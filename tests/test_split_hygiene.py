@@ -1,30 +1,51 @@
-"""The test split is read only to report: no training, selection or feature stage may depend on it.
+"""The test split is read only to report: no training, selection or feature stage may depend on it, and the
+zero-shot methods read no training label.
 
-Checks the real dvc.yaml/params.yaml of this repository through DVC's own stage index (foreach
-expanded), so a stage added later with a test-split dependency fails here.
+Checks the real dvc.yaml, lab/dvc.yaml and params files of this repository through DVC's own stage index (foreach
+expanded), so a stage added later with a test-split dependency fails here; the training plans (the only dependency
+of a train@ stage) through the code that writes them; and what a stage opens by running it on a small real slice
+under an audit hook, where a stage's declared dependency is a whole folder.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import networkx as nx
+import numpy as np
 import pytest
+import scipy.sparse as sp
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.pipeline_repo import ROOT, SEMCOR, env
 
-# stages allowed to read test files: data preparation (ingest writes the splits, validate checks them),
-# prediction (writes top-k for the test texts, never reads test labels) and evaluation / reporting; the
-# package stage records the test metrics in a package's manifest (the promotion gate reads validation only)
-TEST_READERS = {"ingest", "validate", "label_prior", "tfidf_zeroshot", "tfidf_knn", "predict", "predict_unidec",
-                "predict_xr_linear", "name_match", "name_match_prior", "fuse", "fuse_zero_shot", "fuse_ensemble",
-                "evaluate", "evaluate_ablation", "evaluate_seed", "report", "report_ablations", "report_seeds",
-                "package"}
-# outputs that hold test material: any dependency on them (or on a folder holding them) reads the test split
-TEST_MATERIAL = ("data/processed", "metrics", "plots/eval", "evaluation/tst", "evaluation/ablations",
-                 "evaluation/seeds", "seeds/metrics", "ablations/metrics", "ablations/plots", "reports/validation/summary.json",
-                 "reports/validation/report.html", "reports/comparison.md", "reports/paired.json")
+REPO = ROOT
+
+# stages allowed to read test files: data preparation (ingest writes the splits, validate checks them), packaging
+# (predicts the validation and test texts with the package and evaluates both), the hybrids (the same for the
+# fused run), the linear peer (predicts and evaluates), and the reports
+TEST_READERS = {
+    "dvc.yaml": {"ingest", "validate", "package", "fuse", "xr_linear", "report"},
+    "lab/dvc.yaml": {"fuse", "ensemble", "xr_linear", "report_ablations", "report_seeds"},
+}
+# a stage that depends on a whole folder holding test material but reads only named files of it: the plans hash
+# the files their runs' training reads (test_no_training_plan_names_a_test_file), the selection reads validation
+# results only (test_the_selection_opens_no_test_file)
+FOLDER_DEPS = {("dvc.yaml", "plan"): {"data/processed"}, ("lab/dvc.yaml", "plan"): {"data/processed"},
+               ("lab/dvc.yaml", "selection"): {"lab/runs"}}
+# outputs that hold test material: any dependency on them (or on a folder holding them) reads the test split;
+# a package's manifest carries its test metrics, a lab run's folder its test predictions and metrics
+TEST_MATERIAL = ("data/processed", "metrics", "plots/eval", "evaluation/tst", "packages", "lab/runs",
+                 "reports/validation/summary.json", "reports/validation/report.html", "reports/comparison.md",
+                 "reports/paired.json", "lab/reports/ablations.md", "lab/reports/paired_ablations.json")
+
+
+def _file(stage) -> str:
+    return Path(stage.dvcfile.path).resolve().relative_to(REPO).as_posix()
 
 
 def _base(stage) -> str:
@@ -55,44 +76,57 @@ def dvc_index():
 
 
 def _rel(path: str) -> str:
-    import os
-
     return os.path.relpath(os.path.realpath(path), os.path.realpath(REPO))
 
 
 def test_only_prediction_and_evaluation_stages_depend_on_test_files(dvc_index) -> None:
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     dataset_dir = _rel(str(REPO / params["data"]["dataset_dir"]))
-    offenders = []
+    files = {_file(s) for s in dvc_index.stages}
+    assert files == set(TEST_READERS), files   # the product's pipeline and the lab's, nothing else
+    offenders, folders = [], set()
     for stage in dvc_index.stages:
-        if _base(stage) in TEST_READERS:
+        where = (_file(stage), _base(stage))
+        if where[1] in TEST_READERS[where[0]]:
             continue
         for dep in stage.deps:
             rel = _rel(dep.fs_path)
-            if _reads_test(rel, dataset_dir):
-                offenders.append(f"{stage.name} depends on {rel}")
+            if rel in FOLDER_DEPS.get(where, ()):
+                folders.add((*where, rel))
+            elif _reads_test(rel, dataset_dir):
+                offenders.append(f"{where[0]}:{stage.name} depends on {rel}")
     assert not offenders, "stages that must not read the test split depend on it:\n" + "\n".join(offenders)
+    assert folders == {(f, s, d) for (f, s), ds in FOLDER_DEPS.items() for d in ds}, folders   # none stale
+
+
+def test_train_stages_depend_on_their_plan_only(dvc_index) -> None:
+    trains = [s for s in dvc_index.stages if _base(s) in ("train", "run")]
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    assert {s.name for s in trains if _file(s) == "dvc.yaml"} == {f"train@{r}" for r in p["runs"]}
+    for stage in trains:
+        plan = "plans" if _file(stage) == "dvc.yaml" else "lab/plans"
+        assert [_rel(d.fs_path) for d in stage.deps] == [f"{plan}/{stage.name.split('@')[1]}.json"], stage.name
 
 
 def test_no_training_stage_is_downstream_of_a_test_reader(dvc_index) -> None:
-    """Transitively too: nothing upstream of a training (or feature) stage reads the test split, apart
-    from the data preparation (ingest, validate) that writes and checks every split. (Validation
-    evaluation and selection sit downstream of prediction stages that also predict test rows; the
-    direct-dependency test above shows they read only the validation files.)"""
+    """Transitively too: nothing upstream of a training, plan or feature stage reads the test split, apart from the
+    data preparation (ingest, validate) that writes and checks every split. (The selection sits downstream of the
+    lab runs, which also predict test rows; test_the_selection_opens_no_test_file shows it reads only validation
+    results.)"""
     graph = dvc_index.graph  # DVC: an edge stage -> the stage that produces one of its dependencies
-    by_name = {s.name: s for s in dvc_index.stages}
-    assert any(n.name == "ingest" for n in nx.descendants(graph, by_name["train@dexml"])), \
-        "graph direction changed: train@dexml should reach ingest"
-    prep = {"ingest", "validate"}
+    by_name = {(_file(s), s.name): s for s in dvc_index.stages}
+    assert any(n.name == "ingest" for n in nx.descendants(graph, by_name[("dvc.yaml", "train@dexml_bow")])), \
+        "graph direction changed: train@dexml_bow should reach ingest"
+    prep = {("dvc.yaml", "ingest"), ("dvc.yaml", "validate")}
+    readers = {(f, n) for f, names in TEST_READERS.items() for n in names} - prep
     offenders = []
-    trains = [s for s in dvc_index.stages
-              if any(_rel(o.fs_path).split("/")[0] in ("models", "checkpoints", "data") for o in s.outs)]
-    assert len(trains) > 20
+    trains = [s for s in dvc_index.stages if _base(s) != "run" and any(
+        _rel(o.fs_path).split("/")[0] in ("models", "checkpoints", "data", "plans") or
+        _rel(o.fs_path).startswith("lab/plans") for o in s.outs)]
+    assert len(trains) > 15
     for stage in trains:
-        if _base(stage) in TEST_READERS:
-            continue
-        upstream = {_base(s) for s in nx.descendants(graph, stage)}
-        bad = sorted(upstream & (TEST_READERS - prep))
+        upstream = {(_file(s), _base(s)) for s in nx.descendants(graph, stage)}
+        bad = sorted(upstream & readers)
         if bad:
             offenders.append(f"{stage.name} is downstream of {bad}")
     assert not offenders, "\n".join(offenders)
@@ -103,70 +137,165 @@ def test_the_checker_flags_a_test_dependency() -> None:
     ds = "../shared/datasets/semcor-wn30"
     for rel in ("data/processed", "data/processed/tst.jsonl", "data/processed/tst_Y.npz", "data/processed/meta.json",
                 "metrics", "evaluation/tst", "predictions/dexml", "predictions/dexml/tst_topk.npz", ds,
-                "reports/validation/summary.json"):
+                "reports/validation/summary.json", "packages/astra", "lab/runs", "lab/runs/astra_sgd"):
         assert _reads_test(rel, ds), rel
     for rel in ("data/processed/trn.jsonl", "data/processed/val_Y.npz", "data/processed/lbl.jsonl",
                 "metrics_val", "evaluation/val", "predictions/dexml/val_topk.npz", "models/dexml",
-                "reports/validation/gate.json", "data/maclr_pairs"):
+                "reports/validation/gate.json", "data/maclr_pairs", "plans/astra.json", "lab/plans/astra_sgd.json"):
         assert not _reads_test(rel, ds), rel
 
 
-def test_selection_candidates_are_predicted_and_validated() -> None:
-    """Every run a choice compares has validation predictions and metrics; every reported run has test ones."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    predicted = {**params["predictions"], **params["unidec_predictions"]}
-    for suffix in ("_de_only", "_clf_only"):
-        predicted.update({f"{r}{suffix}": v for r, v in params["unidec_predictions"].items()})
-    predicted.update({m: "val tst" for m in ("label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match",
-                                              "name_match_prior")})
-    predicted.update(params["xr_linear_predictions"])
-    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
-    predicted["name_match_uncased"] = " ".join(stages["name_match_uncased"]["cmd"].split()[4:])   # its splits
-    predicted.update({f"{r}_hybrid": "val tst" for r in params["hybrid"]["runs"]})
-    predicted.update({f"{r}_zs_hybrid": "val tst" for r in params["hybrid"]["zero_shot_runs"]})
-    if params["hybrid"]["ensemble"]["members"]:
-        predicted[params["hybrid"]["ensemble"]["name"]] = "val tst"
-    validated = set(params["validated"])
-    for name, choice in params["selection"]["choices"].items():
-        assert choice["reference"] in choice["candidates"], name
-        assert choice["default"] in choice["candidates"], name
-        for value, run in choice["candidates"].items():
-            if run is None:   # a value only a seed study trained (of the validation split: the study checks it)
-                assert value in choice["seed_study"]["sides"], name
-                continue
-            assert run in validated, f"{name}: {run} is not in params 'validated'"
-            assert "val" in predicted[run].split(), f"{name}: {run} has no validation predictions"
-    for run in params["reported"]:
-        assert "tst" in predicted[run].split(), run
-    for base, extra in params["report"]["seeds"].items():
-        assert base in params["reported"] and all(r in params["seed_runs"] for r in extra), base
-    for run in params["seed_runs"]:
-        assert "tst" in predicted[run].split(), run
+def _all_runs():
+    from lab.config import load_lab
+
+    cfg = load_lab(REPO / "lab" / "params.yaml", REPO / "params.yaml")
+    return {**cfg["product_specs"], **cfg["specs"]}, cfg
 
 
-def test_the_pipeline_files_make_one_graph(dvc_index) -> None:
-    """The stage groups of pipelines/*/dvc.yaml run in the repository root with the root params, DVC joins them
-    to dvc.yaml's stages, and the output guard (xmc.io) reads their outputs as outputs, not as inputs."""
-    from xmc.io import _declared_paths, _pipeline_stamp, pipeline_files
+def test_no_training_plan_names_a_test_file(tmp_path) -> None:
+    """A train@ stage reads what its plan names (xmc.methods.harness.training_inputs, hashed into the plan): for
+    every product and lab run, never a test file; MACLR's zero-shot runs no label matrix and no processed split
+    at all (their pseudo pairs only); the zero-shot name matcher, the off-the-shelf encoder and TF-IDF zero-shot
+    no training split."""
+    from xmc.methods import get_method
+    from xmc.methods.harness import training_inputs
+    from xmc.methods.plan import run_plan
+    from xmc.workspace import Workspace
 
-    files = pipeline_files(REPO)
-    assert files[0] == REPO / "dvc.yaml" and len(files) > 1
-    for f in files[1:]:
-        doc = yaml.safe_load(f.read_text())
-        assert doc["vars"] == ["../../params.yaml"], f
-        for name, st in doc["stages"].items():
-            assert (REPO / f.parent / (st.get("do") or st)["wdir"]).resolve() == REPO, (f, name)
-    by_file = {(Path(s.dvcfile.path).resolve(), s.name.split("@")[0]) for s in dvc_index.stages}
-    for group in ("predict", "predict_unidec", "fuse", "fuse_zero_shot", "evaluate", "evaluate_val", "evaluate_seed",
-                  "evaluate_ablation", "package"):
-        assert any(g == group and f != REPO / "dvc.yaml" for f, g in by_file), group
-    assert {s.name.split("@")[0] for s in dvc_index.stages} >= {"ingest", "train", "report", "evaluate", "package"}
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    inputs, outs = _declared_paths(REPO, _pipeline_stamp(REPO))
-    out_paths = {o for o, _ in outs}
-    run = params["validated"][0]
-    assert REPO / "evaluation" / "val" / f"{run}.npz" in out_paths
-    assert REPO / "packages" / params["packages"][0] in out_paths
-    hybrid = next(iter(params["hybrid"]["runs"]))
-    assert REPO / "predictions" / run in out_paths and REPO / "indexes" / f"{hybrid}_hybrid" in out_paths
-    assert not inputs & {REPO / "evaluation" / "val", REPO / "metrics_val", REPO / "metrics"}, inputs
+    ws = Workspace(tmp_path)
+    runs, cfg = _all_runs()
+    assert len(runs) > 60
+    for name, run in runs.items():
+        inputs = training_inputs(get_method(run.method), run.config, ws)
+        rel = [p.relative_to(tmp_path).as_posix() for p in inputs]
+        assert not any(Path(r).name.startswith("tst") for r in rel), (name, rel)
+        assert all(r.startswith("data/") for r in rel), (name, rel)
+        if run.method == "maclr":
+            assert rel == ["data/maclr_pairs"], (name, rel)
+        if run.method in ("pretrained", "tfidf_zeroshot") or (run.method == "name_match"
+                                                               and run.config["ranking"] == "zero_shot"):
+            assert not any(r.startswith("data/processed") for r in rel), (name, rel)
+        if run.method in ("dexml", "astra", "unidec", "ramen"):   # supervised: trn, val (monitoring) and labels
+            assert "data/processed/trn_Y.npz" in rel and "data/processed/val_Y.npz" in rel, name
+    # the plan file holds exactly these inputs (with their hashes: a missing one is null)
+    p = cfg["product_specs"]
+    plan = run_plan(cfg["product"], p["maclr"], ws)
+    assert plan["inputs"] == {(tmp_path / "data/maclr_pairs").as_posix(): None}
+    assert not any("Y.npz" in k for k in run_plan(cfg["product"], p["name_match"], ws)["inputs"])
+    assert set(run_plan(cfg["product"], p["name_match_prior"], ws)["inputs"]) == {
+        (tmp_path / "data/processed" / f).as_posix() for f in ("lbl.jsonl", "trn.jsonl", "trn_Y.npz")}
+
+
+def test_the_pseudo_pairs_stage_declares_no_label_matrix() -> None:
+    """MACLR's zero-shot inputs: instance and label texts only (the stage's deps; what it opens is
+    test_zero_shot_stages_open_no_label_matrix)."""
+    st = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["maclr_pseudo_pairs"]
+    data = [d for d in st["deps"] if d.startswith("data/")]
+    assert data and not any(d.endswith("_Y.npz") or "val" in d or "tst" in d or d == "data/processed" for d in data), data
+    assert set(data) == {"data/processed/trn.jsonl", "data/processed/lbl.jsonl", "data/processed/source.json"}
+
+
+# ------------------------------------------------------------------------------------------------
+# what a stage opens, on a small real slice (an audit hook records every file opened)
+AUDIT = r"""
+import json, os, sys
+opened = []
+def hook(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        opened.append(os.path.realpath(os.fsdecode(args[0])))
+code, record = sys.argv[1], sys.argv[2]
+sys.addaudithook(hook)
+try:
+    exec(compile(code, "<stage>", "exec"), {"__name__": "__stage__"})
+finally:
+    with open(record, "w") as fh:
+        fh.write(json.dumps(opened))
+"""
+
+
+def _opened(code: str, cwd: Path, under: Path) -> list[str]:
+    """The files under ``under`` that ``code`` opens, run in a fresh interpreter in ``cwd``."""
+    record = cwd / "opened.json"
+    e = {**env(), "PYTHONPATH": str(REPO), "XMC_THREADS": "1"}
+    p = subprocess.run([sys.executable, "-c", AUDIT, code, str(record)], cwd=cwd, env=e, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    root = os.path.realpath(under)
+    return sorted({os.path.relpath(f, root) for f in json.loads(record.read_text()) if f.startswith(root + os.sep)})
+
+
+@pytest.fixture(scope="module")
+def processed(tmp_path_factory):
+    """A small real slice of semcor-wn30 ingested into <root>/data/processed, and the params that read it."""
+    from xmc.config.params import validate_params
+    from xmc.features import ingest
+    from xmc.workspace import Workspace
+
+    root = tmp_path_factory.mktemp("hygiene")
+    raw = yaml.safe_load((REPO / "params.yaml").read_text())
+    raw["data"]["dataset_dir"] = str(SEMCOR)
+    raw["data"]["subsample"] = {"trn": 3, "tst": 1, "unit": "documents", "labels": "all"}
+    params = validate_params(raw)
+    ingest(params["data"], Workspace(root))
+    (root / "params.json").write_text(json.dumps(params))
+    return root
+
+
+def test_zero_shot_stages_open_no_label_matrix(processed) -> None:
+    """The pseudo-pairs stage opens the instance and label texts only (no *_Y.npz, no validation or test file); the
+    zero-shot name-match run's training opens no processed file at all, while its prior ranking reads the
+    training labels (so the audit sees what a stage reads)."""
+    prelude = ("import json\nfrom xmc.workspace import Workspace\nparams = json.load(open('params.json'))\n"
+               "ws = Workspace('.')\n")
+    opened = _opened(prelude + "from xmc.features import build_maclr_pairs\nbuild_maclr_pairs(params, ws)\n",
+                     processed, processed / "data")
+    assert "processed/trn.jsonl" in opened and "processed/lbl.jsonl" in opened, opened
+    assert not [f for f in opened if f.endswith("_Y.npz") or "val" in f or "tst" in f], opened
+    assert (processed / "data/maclr_pairs").is_dir()
+    train = (prelude + "from xmc.config.runs import resolve_run\nfrom xmc.methods.harness import train_run\n"
+             "train_run(params, resolve_run(params, {name!r}), ws)\n")
+    opened = _opened(train.format(name="name_match"), processed, processed / "data")
+    assert opened == [], opened
+    assert (processed / "models/name_match/model.json").is_file()
+    opened = _opened(train.format(name="name_match_prior"), processed, processed / "data")
+    assert "processed/trn_Y.npz" in opened and not [f for f in opened if "tst" in f or "val" in f], opened
+
+
+def test_the_selection_opens_no_test_file(tmp_path) -> None:
+    """lab.stages.selection in a repository where one choice's candidates have validation and test results, one
+    in the product's folders and one in its lab run's: it decides the choice and opens no test file (test metrics,
+    test contributions, test labels), though they sit beside the validation ones."""
+    import shutil
+
+    from xmc.metrics.bootstrap import instance_contributions
+    from xmc.predictions import TopK
+    from xmc.workspace import Workspace
+
+    shutil.copy2(REPO / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "lab").mkdir()
+    shutil.copy2(REPO / "lab/params.yaml", tmp_path / "lab/params.yaml")
+    shutil.copytree(REPO / "lab/seed_studies", tmp_path / "lab/seed_studies")
+    rng = np.random.default_rng(0)
+    n, L = 40, 12
+    Y = {s: sp.csr_matrix((rng.random((n, L)) < 0.2).astype(np.float32)) for s in ("val", "tst")}
+    proc = Workspace(tmp_path).processed
+    proc.mkdir(parents=True)
+    for s in ("val", "tst"):
+        sp.save_npz(proc / f"{s}_Y.npz", Y[s])
+    freq = np.ones(L)
+    for run, ws in (("xr_linear", Workspace(tmp_path)), ("xr_linear_c1", Workspace(tmp_path / "lab/runs/xr_linear_c1"))):
+        for s in ("val", "tst"):
+            top = TopK(np.argsort(-rng.random((n, L)), 1)[:, :10].astype(np.int32), np.ones((n, 10), np.float32))
+            c = instance_contributions(top, Y[s], freq, 100, recall_ks=(10,))
+            c.save(ws.contributions(run, s))
+            ws.metrics(run, s).parent.mkdir(parents=True, exist_ok=True)
+            ws.metrics(run, s).write_text(json.dumps({**c.values(), "n_test": n}))
+    opened = _opened("import sys\nsys.argv = ['selection']\nfrom lab.stages.selection import main\nmain()\n",
+                     tmp_path, tmp_path)
+    assert "metrics_val/xr_linear.json" in opened and "lab/runs/xr_linear_c1/metrics_val/xr_linear_c1.json" in opened
+    assert "evaluation/val/xr_linear.npz" in opened and "data/processed/val_Y.npz" in opened
+    test_files = [f for f in opened if f.startswith("metrics/") or "/metrics/" in f or "tst" in f]
+    assert not test_files, test_files
+    report = json.loads((tmp_path / "lab/reports/selection.json").read_text())
+    choice = next(c for c in report["choices"] if c["knob"] == "xr_linear: Cp and Cn")
+    assert choice["complete"] and choice["chosen"] in ("1", "16")

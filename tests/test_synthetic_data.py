@@ -1,4 +1,4 @@
-"""The synthetic XMC generator (bench/synthetic_xmc.py): loadable by the pipeline's readers, real-data shaped
+"""The synthetic XMC generator (lab/bench/synthetic_xmc.py): loadable by the pipeline's readers, real-data shaped
 statistics, byte-identical for a seed, and learnable (TF-IDF finds labels far above chance)."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench.synthetic_xmc import generate, main, word_strings
+from lab.bench.synthetic_xmc import generate, main, word_strings
 from xmc.data import detect_layout, load_dataset_dir, split_validation
 from xmc.graph.build import document_query_set
 from xmc.graph.format import load_graph_dir
 from xmc.lexical.names import parse_label_names
 
 N_TRAIN, N_LABELS = 2000, 1000
-# the repository's params read WordNet from here (ramen.graph.wordnet_dir)
+# the repository's params read WordNet from here (graph.wordnet_dir)
 WORDNET = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "wordnet30"
 FILES = ("trn.raw.txt", "tst.raw.txt", "lbl.raw.txt", "trn_X_Y.txt", "tst_X_Y.txt", "trn.jsonl", "tst.jsonl",
          "lbl.jsonl", "label_graph.tsv", "graph/taxonomy_anchors.jsonl", "graph/taxonomy_label_edges.tsv")
@@ -107,7 +107,7 @@ def test_graph_inputs(synth: tuple[Path, dict]) -> None:
     lbl = [json.loads(x) for x in (d / "lbl.jsonl").read_text().splitlines()]
     assert [r["lid"] for r in lbl] == list(range(N_LABELS))
     assert {r[0] for r in rows if r[3] == "1"} == {r["id"] for r in lbl}
-    # the RAMEN anchor-set format (ramen.graph.source_dir): every label -> its cluster and super-cluster
+    # the RAMEN anchor-set format (graph.source_dir): every label -> its cluster and super-cluster
     sets = load_graph_dir(d / "graph", len(ds.trn), ds.n_labels)
     E = sets["taxonomy"].edges["label"]
     assert E.shape == (N_LABELS, stats["label_graph"]["taxonomy_anchors"]) and (E.getnnz(1) == 2).all()
@@ -133,24 +133,25 @@ def test_graph_stage_skips_a_label_graph_that_is_not_wordnet(tmp_path, caplog):
     import shutil
     from types import SimpleNamespace
 
-    from bench.synthetic_xmc import generate
-    from stages.graph import derive_sets
+    from lab.bench.synthetic_xmc import generate
     from xmc.config import load_params
     from xmc.data import load_dataset_dir
+    from xmc.features.graph import derive_anchor_sets
+    from xmc.workspace import Workspace
 
     data = tmp_path / "syn"
     generate(data, n_train=600, n_labels=300, seed=0)
-    side = tmp_path / "processed" / "label_side"
+    ws = Workspace(tmp_path)
+    side = ws.processed / "label_side"
     side.mkdir(parents=True)
     for name in ("label_graph.tsv", "lbl.jsonl"):
         shutil.copy2(data / name, side / name)
     ds = load_dataset_dir(data)
-    params = load_params()
-    params["data"]["processed_dir"] = str(tmp_path / "processed")
-    gcfg = params["ramen"]["graph"]
+    params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
+    gcfg = params["graph"]
     view = SimpleNamespace(n_labels=len(ds.label_texts), label_uids=[str(i) for i in range(len(ds.label_texts))],
                            trn=ds.trn)
-    with caplog.at_level(logging.WARNING, logger="stages.graph"):
-        sets = derive_sets(params, gcfg, view)
+    with caplog.at_level(logging.WARNING, logger="xmc.features"):
+        sets = derive_anchor_sets(gcfg, view, ws)
     assert "wordnet" not in sets and "document" in sets
     assert sum("none of the label graph's nodes is a WordNet synset" in r.message for r in caplog.records) == 1

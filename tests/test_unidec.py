@@ -197,6 +197,15 @@ def test_tiny_end_to_end_train_improves_and_round_trips(tmp_path):
                        atol=1e-6)
     with pytest.raises(Exception, match="labels"):
         UniDECModel.load(tmp_path / "model", labels[:-1])
+    # the serving side (xmc.models.unidec, no training code) loads the same heads and Ψ: each space scores alike
+    from xmc.models.unidec import SPACES, UniDECInference
+
+    for space in SPACES:
+        served = UniDECInference.load(tmp_path / "model", labels, space)
+        assert np.allclose(served.label_space_vectors(), model.label_space_vectors(space, progress=False), atol=1e-6)
+        assert np.allclose(served.query_vectors(texts[:5]), model.query_space_vectors(texts[:5], space), atol=1e-6)
+    with pytest.raises(Exception, match="space"):
+        UniDECInference.load(tmp_path / "model", labels, "both")
 
 
 def test_reset_unseen_classifiers_touches_only_labels_without_training_positives():
@@ -205,7 +214,7 @@ def test_reset_unseen_classifiers_touches_only_labels_without_training_positives
     freq = np.array([3, 0, 1, 0] + [2] * (len(labels) - 4))
     assert model.reset_unseen_classifiers(freq) == 2
     after = model.psi.weight.detach()
-    _, clf = model._heads_np([labels[1], labels[3]], "label", 8, progress=False)
+    _, clf = model.heads_np([labels[1], labels[3]], "label", 8, progress=False)
     assert torch.allclose(after[[1, 3]], torch.from_numpy(clf), atol=1e-6)
     seen = np.flatnonzero(freq > 0)
     assert torch.equal(after[seen], before[seen])

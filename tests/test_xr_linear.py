@@ -130,7 +130,7 @@ def test_without_libpecos_the_error_is_one_line(repo):
 
 
 def test_a_knob_study_variant_parses_and_an_unknown_knob_is_refused():
-    from bench.xr_linear_knobs import parse_variant
+    from lab.bench.xr_linear_knobs import parse_variant
 
     defaults = {"max_leaf_size": 100, "label_embedding": "pifa", "Cp": 16.0}
     assert parse_variant("pii_leaves200:max_leaf_size=200,label_embedding=pii", defaults) == (

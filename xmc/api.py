@@ -26,7 +26,12 @@ from xmc.config.schema import ParamsError, deep_merge
 from xmc.data import save_processed
 from xmc.encoders.cache import configure_from_params
 from xmc.errors import ConfigError
-from xmc.features import BUILDERS, FEATURES_OF, read_dataset, validate
+from xmc.features import FEATURES_OF
+from xmc.features.graph import build_graph
+from xmc.features.ingest import read_dataset
+from xmc.features.maclr_pairs import build_maclr_pairs
+from xmc.features.tfidf import build_tfidf
+from xmc.features.validation import validate
 from xmc.io import protect_inputs
 from xmc.methods import get_method
 from xmc.methods.harness import train_run
@@ -35,6 +40,8 @@ from xmc.package.build import package_run
 from xmc.workspace import Workspace
 
 log = logging.getLogger(__name__)
+
+BUILDERS = {"tfidf": build_tfidf, "graph": build_graph, "maclr_pairs": build_maclr_pairs}
 
 # keys of an override file or ``**overrides`` that set product sections rather than the method's own knobs
 PRODUCT_SECTIONS = ("data", "validate", "tfidf", "label_names", "maclr_pairs", "graph", "evaluate", "index", "hybrid",

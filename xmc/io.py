@@ -55,14 +55,13 @@ def fault_point(name: str) -> None:
 
 
 def pipeline_files(repo: Path) -> list[Path]:
-    """The project's DVC pipeline files: ``dvc.yaml`` and ``pipelines/*/dvc.yaml`` (one graph for DVC; the stage
-    groups live in several files so that each dvc.lock, rewritten after every stage, stays small)."""
-    return [p for p in [repo / "dvc.yaml", *sorted((repo / "pipelines").glob("*/dvc.yaml"))] if p.is_file()]
+    """The product's DVC pipeline file (``dvc.yaml``), whose declared inputs and outputs an output must respect."""
+    return [p for p in [repo / "dvc.yaml"] if p.is_file()]
 
 
 def stage_from_address(address: str) -> str:
-    """A stage's name without its pipeline file: ``pipelines/evaluate_val/dvc.yaml:evaluate_val@astra`` ->
-    ``evaluate_val@astra`` (names are unique across the pipeline files; DVC prints and runs addresses)."""
+    """A stage's name without its pipeline file: ``lab/dvc.yaml:run@astra_sgd`` -> ``run@astra_sgd`` (DVC prints
+    and runs addresses)."""
     return address.rsplit(":", 1)[-1]
 
 

@@ -1,7 +1,7 @@
 """ASTRA scale benchmark: time and peak memory per training step as L grows, against the all-labels loss.
 
-    python -m bench.astra_scale                       # L = 1e4, 1e5, 1e6 (about 5 minutes on 2 cores)
-    python -m bench.astra_scale --labels 10000 100000 --steps 10
+    python -m lab.bench.astra_scale                   # L = 1e4, 1e5, 1e6 (about 5 minutes on 2 cores)
+    python -m lab.bench.astra_scale --labels 10000 100000 --steps 10
 
 Synthetic data (random label "texts" are never encoded: classifiers start random), a small
 bag-of-words encoder, batch 256. Per (method, L) a fresh subprocess builds the model, runs warm-up
@@ -9,7 +9,7 @@ steps, then times ``--steps`` full training steps (batch construction + forward 
 optimiser step; the median over the steps); peak memory is the largest resident-set growth over
 the resident set before the timed steps, sampled every 2 ms (what a step needs on top of the model). ASTRA's steps use a real shortlist mined once from the
 classifier vectors (timed too: the refresh is per τ_r epochs, not per step). Prints ratios; writes
-bench/astra_scale.json.
+lab/bench/astra_scale.json.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main() -> None:
     ap.add_argument("--dim", type=int, default=256)  # the CPU profile's d (astra_256 runs)
     ap.add_argument("--hard", type=int, default=20)
     ap.add_argument("--uniform", type=int, default=200)
-    ap.add_argument("--out", default="bench/astra_scale.json")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "astra_scale.json"))
     ap.add_argument("--one", nargs=2, metavar=("METHOD", "L"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
@@ -122,7 +122,7 @@ def main() -> None:
     rows = []
     for L in a.labels:
         for method in ("astra", "all_labels"):
-            cmd = [sys.executable, "-m", "bench.astra_scale", "--one", method, str(L), "--steps", str(a.steps),
+            cmd = [sys.executable, "-m", "lab.bench.astra_scale", "--one", method, str(L), "--steps", str(a.steps),
                    "--batch", str(a.batch), "--dim", str(a.dim), "--hard", str(a.hard), "--uniform", str(a.uniform)]
             res = subprocess.run(cmd, capture_output=True, text=True, env=os.environ.copy())
             if res.returncode != 0:

@@ -12,21 +12,21 @@ the other two bag-of-words methods), in one command on the same data:
 * ``new_paper_negatives`` (ASTRA): the paper's mixture (k_h = 20 stale hard + k_r = 200 weighted uniform negatives)
   for 6 epochs, the reference's settings: the same computation as the reference (equal final losses), so its ratio is
   the code's speed-up alone, where ``new`` also carries the defaults chosen since (hard negatives only, k_h = 500,
-  2^19 hashed rows, 16 epochs: ``docs/selection.md``, rounds 16-18);
+  2^19 hashed rows, 16 epochs: ``lab/docs/selection.md``, rounds 16-18);
 * ``new_shared_uniform`` (ASTRA): the selection candidate ``astra_shared_uniform`` (k_h = 20 and one uniform draw of
-  2,000 labels per batch: docs/selection.md);
+  2,000 labels per batch: lab/docs/selection.md);
 * ``new_ivf_mining``: the selection candidates ``astra_ivf_mining_kmeans3`` / ``dexml_bow_ivf_mining_kmeans3`` (hard
   negatives from an IVF index whose centroids get 3 k-means iterations, rebuilt at each refresh);
 * ``new_refresh_every_5_epochs`` (DEXML-BoW): the selection candidate ``dexml_bow_refresh5``, the shortlist re-mined
   every 5 epochs (the DEXML code's interval; the default, like the reference, re-mines at every epoch).
 * ``new_reference_size`` (DEXML-BoW, RAMEN, UniDEC): the reference's encoder size (d = 256 over 2^18 hashed rows; for
   UniDEC heads of 256: the selection candidates ``dexml_bow_narrow``, ``ramen_narrow``, ``unidec_narrow``), where
-  ``new`` also trains the wider table chosen since (d = 768 over 2^19 rows, ``docs/selection.md``, rounds 19-20).
+  ``new`` also trains the wider table chosen since (d = 768 over 2^19 rows, ``lab/docs/selection.md``, rounds 19-20).
   RAMEN's and UniDEC's other defaults also changed since the reference (RAMEN without its query graph, UniDEC's
   unseen-label rows and dropout), so for them this is the code at the reference's table, not the same computation.
 
 ``--candidates '{"d320": {"encoder": {"dim": 320}}}'`` adds variants of one's own (overrides of the shipped run, as
-``bench.seed_study --candidates``), and ``--variants new,d320`` trains only those variants in the first pair
+``lab.bench.seed_study --candidates``), and ``--variants new,d320`` trains only those variants in the first pair
 (default: every variant of the run; the paired variant always): any setting's speed against the reference.
 
 Each variant trains ``--epochs`` full epochs (``0``: as many as its run trains in ``make run``, each side by its own
@@ -45,13 +45,18 @@ mining: its k-means, assignment, coarse search and scanned lists; encoding the t
 The roofline is counted for ASTRA and DEXML-BoW only (issue 19's two targets); RAMEN's anchor sets and UniDEC's
 heads and classifier table are not in ``step_cost``, so their rows carry times and no roofline.
 
-    python -m bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
-                                       [--runs astra,dexml_bow] [--repeats 3] [--validate] [--seeds]
-                                       [--out bench/bow_training_speed.json]
+    python -m lab.bench.bow_training_speed [--epochs 3] [--processed data/processed] [--reference 4d3dee1]
+                                           [--runs astra,dexml_bow] [--repeats 3] [--validate] [--seeds]
+                                           [--out lab/bench/bow_training_speed.json]
+
+The current side's runs are the product's (params.yaml ``runs``, the variants overrides of them checked against
+the method's schema); the reference worker runs this file inside the reference commit's worktree with that
+commit's library and params (its own run lookup, ``xmc.methods.runs.find_run``): :func:`run_spec` and
+:func:`training_context` speak to both libraries, and nothing the worker runs imports ``lab``.
 
 ``--validate``: the first pair's models (reference and ``new``) also rank the validation split (exact search: DEXML-BoW
 and RAMEN by their label vectors, UniDEC in its main space, ASTRA by its classifiers), and the JSON gets both sides' P@1 / P@5 / PSP@5 / R@100 and the
-paired bootstrap of new − reference with the pipeline's evaluation settings (``runs.<run>.validation``): the
+paired bootstrap of new − reference with the pipeline's evaluation settings (params.yaml ``evaluate``): the
 speed-up's "at equal or better validation metrics", measured in the same command.
 
 ``--paired-variant new_ivf_mining`` (for example) pairs that variant with the reference in the repeats and in
@@ -177,33 +182,85 @@ def rank_validation(model: Any, ds: Any, out: Path, k: int = 100) -> None:
     np.savez(out, indices=indices.astype(np.int32), scores=scores.astype(np.float32))
 
 
+def reference_library() -> bool:
+    """Whether this process imports a library from before the runs map (the reference worker in its worktree):
+    there ``xmc.methods.base`` still trained runs itself. (Asked of a module both libraries have: the editable
+    install of the current one would fill in a top-level module the reference lacks, such as ``xmc.trainer``.)"""
+    import xmc.methods.base as base
+
+    return hasattr(base, "train_run")
+
+
+def run_spec(params: dict[str, Any], run: str, overrides: dict[str, Any]) -> Any:
+    """The run ``run`` of ``params`` with ``overrides`` of its settings, with the library this process imports: the
+    current one resolves the product's runs map (overrides checked against the method's schema); the reference
+    library (the worker, overrides always {}) has its own lookup."""
+    from xmc.config.schema import deep_merge
+
+    if reference_library():
+        from xmc.methods.runs import RunSpec, find_run
+
+        spec = find_run(params, run)
+        return RunSpec(run, spec.method, deep_merge(spec.config, overrides))
+    from xmc.config.runs import RunSpec, resolve_runs
+
+    product, _ = resolve_runs(params["runs"], params)
+    if run not in product:
+        raise SystemExit(f"--runs {run}: not a run of params.yaml (have: {', '.join(product)})")
+    key = f"{run}__variant"
+    specs, problems = resolve_runs({key: {"base": run, **overrides}}, params, ("variant",), known=product)
+    if problems:
+        raise SystemExit("; ".join(f"{run}: {'.'.join(map(str, loc[2:]))}: {msg}" for loc, msg in problems))
+    return RunSpec(run, specs[key].method, specs[key].config)
+
+
+def training_context(params: dict[str, Any], spec: Any, tmp: Path, data_root: Path | None) -> Any:
+    """The method's run context in the scratch folder ``tmp``, reading its features from ``data_root`` (the folder
+    holding ``data/``), with either library."""
+    from xmc.methods.base import RunContext
+
+    if reference_library():   # (params, run, model_dir, work_dir, plots_dir)
+        return RunContext(params, spec, tmp / "model", tmp / "work", tmp / "plots")
+    from xmc.workspace import Workspace
+
+    return RunContext(params, spec, tmp / "model", tmp / "work", tmp / "plots", None,
+                      Workspace(tmp, data_root=data_root))
+
+
+def trainer_classes() -> tuple[Any, Any]:
+    """(Trainer, TrainConfig) of either library (the reference's trainer package was ``xmc.train``)."""
+    if reference_library():
+        from xmc.train import Trainer, TrainConfig
+    else:
+        from xmc.trainer import Trainer, TrainConfig
+    return Trainer, TrainConfig
+
+
 def run_variant(method: str, run: str, overrides: dict[str, Any], params: dict[str, Any], ds: Any, epochs: int,
                 peaks: dict[str, float], val_topk: Path | None = None, seed: int | None = None,
                 data_root: Path | None = None) -> dict[str, Any]:
-    from xmc.config.schema import deep_merge
+    """One variant trained ``epochs`` epochs (its loop timed, its roofline counted); ``data_root``: the folder
+    holding ``data/`` (``--processed`` is its ``data/processed``), where RAMEN's anchor sets are."""
     from xmc.methods import get_method
-    from xmc.methods.base import RunContext
-    from xmc.methods.runs import RunSpec, find_run
-    from xmc.trainer import Trainer, TrainConfig
 
     import torch
 
-    spec = find_run(params, run)
-    cfg = deep_merge(spec.config, overrides)
+    Trainer, TrainConfig = trainer_classes()
+    spec = run_spec(params, run, overrides)
+    cfg = spec.config
     if epochs > 0:   # else the run's own length, as `make run` trains it
         cfg["train"]["epochs"] = epochs
     cfg["train"]["eval_every_epochs"] = 0
     if data_root is not None and str(cfg.get("graph_dir", "")).startswith("data/"):
-        # RAMEN's anchor sets (the graph stage's output) beside --processed, for both sides (the reference worker
-        # runs in a bare worktree)
-        cfg["graph_dir"] = str(data_root / str(cfg["graph_dir"])[len("data/"):])
+        # the reference library reads RAMEN's anchor sets from its settings: the graph stage's output beside
+        # --processed (the reference worker runs in a bare worktree); the current one from the workspace's data
+        cfg["graph_dir"] = str(data_root / str(cfg["graph_dir"]))
     if seed is not None:   # another training draw: the encoder's initialisation and the batch order, as seed runs do
         cfg["train"]["seed"] = seed
         if "seed" in cfg.get("encoder", {}):
             cfg["encoder"]["seed"] = seed
     with tempfile.TemporaryDirectory() as tmp:
-        ctx = RunContext(params, RunSpec(run, spec.method, cfg), Path(tmp) / "model", Path(tmp) / "work",
-                         Path(tmp) / "plots")
+        ctx = training_context(params, spec, Path(tmp), data_root)
         torch.manual_seed(int(cfg["train"]["seed"]))
         parts = get_method(spec.method).build(ctx, ds)
         trainer = Trainer(parts.model, parts.sampler, parts.objective, TrainConfig.from_params(cfg["train"]),
@@ -283,7 +340,7 @@ VARIANTS = {
     "astra": {"new": {},
               "new_torch_row_adam": TORCH_ROW_ADAM,
               # the reference's computation on today's code: the paper's mixture for the reference's 6 epochs, on
-              # the reference's 2^18 hashed rows and without the logit adjustment (round 17 of docs/selection.md)
+              # the reference's 2^18 hashed rows and without the logit adjustment (round 17 of lab/docs/selection.md)
               "new_paper_negatives": {"negatives": {"hard_negatives": 20, "uniform_negatives": 200},
                                       "encoder": {"n_buckets": 262144}, "model": {"logit_adjustment": 0.0},
                                       "train": {"epochs": 6}},
@@ -292,11 +349,11 @@ VARIANTS = {
                                                    "uniform_negatives": 2000}},
               "new_ivf_mining": IVF_MINING},
     # the selection candidate dexml_bow_refresh5: the shortlist re-mined every 5 epochs (the default between rounds 5
-    # and 9 of docs/selection.md), to separate what the code gained from what the interval gains
+    # and 9 of lab/docs/selection.md), to separate what the code gained from what the interval gains
     "dexml_bow": {"new": {}, "new_torch_row_adam": TORCH_ROW_ADAM, "new_ivf_mining": IVF_MINING,
                   "new_refresh_every_5_epochs": {"negatives": {"refresh_every_epochs": 5}},
                   # the reference's encoder size (d = 256 over 2^18 hashed rows; the default until round 20 of
-                  # docs/selection.md): the code's own speed-up at the same table, where new also carries the
+                  # lab/docs/selection.md): the code's own speed-up at the same table, where new also carries the
                   # wider table chosen since (3x the row width, twice the rows)
                   "new_reference_size": NARROW},
     # the other two bag-of-words methods: times and validation only (no roofline counted), each at today's default
@@ -306,7 +363,7 @@ VARIANTS = {
 }
 ROOFLINE_RUNS = ("dexml_bow", "astra")   # the runs whose steps step_cost counts
 REFERENCE = "4d3dee1"   # the library when issue 19 was filed (ASTRA ~260 sentences/s by the issue's own figure)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the repository (its git worktrees hold the reference)
 
 
 def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str, epochs: int,
@@ -325,7 +382,7 @@ def measure(runs: list[str], variants: dict[str, dict[str, Any]], processed: str
             side = "reference" if variant == "" else "new"   # compare_validation's two sides
             val_topk = val_dir / f"{run}_{side}.npz" if val_dir and variant in ("", validated) else None
             out.setdefault(run, {})[variant] = fig = run_variant(run, run, overrides, params, ds, epochs, peaks,
-                                                                 val_topk, seed, Path(processed).resolve().parent)
+                                                                 val_topk, seed, Path(processed).absolute().parents[1])
             print(run, variant or "reference", fig, flush=True)
     return out
 
@@ -345,7 +402,7 @@ def measure_reference(commit: str, runs: list[str], processed: str, epochs: int,
             if default_spin:   # the reference library left libgomp's default spin (xmc.machine.short_openmp_spin)
                 env.pop("GOMP_SPINCOUNT", None)
             p = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--worker", "--runs", ",".join(runs),
-                                "--epochs", str(epochs), "--processed", str(Path(processed).resolve()),
+                                "--epochs", str(epochs), "--processed", str(Path(processed).absolute()),
                                 "--peaks", json.dumps(peaks), *(["--val-dir", str(val_dir)] if val_dir else []),
                                 *(["--seed", str(seed)] if seed is not None else [])],
                                cwd=tree, env=env, capture_output=True, text=True)
@@ -432,7 +489,7 @@ def main() -> None:
     ap.add_argument("--processed", default="data/processed")
     ap.add_argument("--runs", default="astra,dexml_bow")
     ap.add_argument("--reference", default=REFERENCE, help="the commit whose library is the baseline")
-    ap.add_argument("--out", default="bench/bow_training_speed.json")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "bow_training_speed.json"))
     ap.add_argument("--repeats", type=int, default=3,
                     help="reference/new pairs measured alternately; the median ratio is reported")
     ap.add_argument("--validate", action="store_true",
@@ -446,7 +503,7 @@ def main() -> None:
                          "e.g. new_ivf_mining; default: the shipped run")
     ap.add_argument("--candidates", default="{}",
                     help='JSON {name: overrides of the shipped run}: more variants of every run in --runs, e.g. '
-                         '\'{"d320": {"encoder": {"dim": 320}}}\' (as bench.seed_study --candidates)')
+                         '\'{"d320": {"encoder": {"dim": 320}}}\' (as lab.bench.seed_study --candidates)')
     ap.add_argument("--variants", default="",
                     help="comma-separated variants the first pair trains (default: every variant of each run; the "
                          "paired variant always)")

@@ -2,7 +2,7 @@
 10^6 labels with 1, 2 and 4 ranks (label-sharded tables, ``xmc.trainer.label_table``).
 
 1. **Throughput** on the processed training split (``data/processed``, run ``make run`` or ``dvc repro ingest``
-   first): the params' ``dexml_bow`` run (bag-of-words dual encoder, hard-negative pool) and ``astra`` (its
+   first): the product's ``dexml_bow`` run (bag-of-words dual encoder, hard-negative pool) and ``astra`` (its
    bag-of-words profile, classifier table sharded by label), ``--steps`` steps of the params' global batch after
    ``--warmup`` untimed ones. World 1 is one process with every core; world 2 is ``torchrun --nproc_per_node 2``
    with the cores split between the ranks (gloo). Sentences per second = steps x global batch / seconds; the same
@@ -13,7 +13,8 @@
    no state). Reported per rank: rows held, table MiB, optimiser-state MiB, peak RSS and its growth over the RSS
    before the table was built, and the time per step.
 
-    python -m bench.distributed_training [--steps 30] [--labels 1000000] [--out bench/distributed_training.json]
+    python -m lab.bench.distributed_training [--steps 30] [--labels 1000000] \\
+        [--out lab/bench/distributed_training.json]
 
 Not a test: run it on an idle machine. Prints ratios against world 1 measured in the same command.
 """
@@ -33,20 +34,24 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.unidec_memory import peak_rss_mb, rss_mb
+from lab.bench.unidec_memory import peak_rss_mb, rss_mb
+
+ROOT = Path(__file__).resolve().parents[2]   # the repository: the children import lab.bench from it
 
 
 # ---- children (one per rank under torchrun, or one process) ------------------------------------------------------
 def throughput_child(a: argparse.Namespace) -> None:
     from xmc.config import load_params
+    from xmc.config.runs import resolve_run
     from xmc.data import load_processed
     from xmc.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import context, init_from_env
+    from xmc.workspace import Workspace
 
     ctx = init_from_env()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.world))
     params = load_params()
-    ds = load_processed(params["data"]["processed_dir"], splits=("trn",))
+    ds = load_processed(Workspace().processed, splits=("trn",))
     Y, texts, labels = ds.trn.Y, ds.trn.texts, ds.label_texts
     steps = a.warmup + a.steps
     if a.method == "dexml_bow":
@@ -54,9 +59,8 @@ def throughput_child(a: argparse.Namespace) -> None:
         from xmc.losses import build_loss
         from xmc.models.dual_encoder import DualEncoderModel
         from xmc.negatives import build_sampler
-        from xmc.methods.runs import find_run
 
-        cfg = find_run(params, "dexml_bow").config
+        cfg = resolve_run(params, "dexml_bow").config
         torch.manual_seed(0)
         model = DualEncoderModel(build_encoder(cfg["encoder"]), labels)
         # the hard-negative pool from the first step (mined once, before the timed window)
@@ -65,9 +69,8 @@ def throughput_child(a: argparse.Namespace) -> None:
         tcfg = {**cfg["train"]}
     else:
         from xmc.methods.astra import ASTRAObjective, build_astra_model, build_astra_sampler
-        from xmc.methods.runs import find_run
 
-        cfg = find_run(params, "astra").config
+        cfg = resolve_run(params, "astra").config
         torch.manual_seed(0)
         model = build_astra_model(cfg["encoder"], cfg["model"], labels, Y, shard_labels=True)
         sampler = build_astra_sampler(Y, model.dim, dict(cfg["negatives"]), None)
@@ -143,12 +146,13 @@ def memory_child(a: argparse.Namespace) -> None:
 
 # ---- the driver --------------------------------------------------------------------------------------------------
 def launch(world: int, args: list[str], result: Path, timeout: int = 3600) -> dict[str, Any]:
-    env = {**os.environ, "XMC_THREADS": str(os.cpu_count() or 1)}
+    env = {**os.environ, "XMC_THREADS": str(os.cpu_count() or 1),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
     if world == 1:
-        cmd = [sys.executable, "-m", "bench.distributed_training", *args, "--result", str(result)]
+        cmd = [sys.executable, "-m", "lab.bench.distributed_training", *args, "--result", str(result)]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}",
-               "-m", "bench.distributed_training", *args, "--result", str(result)]
+               "-m", "lab.bench.distributed_training", *args, "--result", str(result)]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-3000:]}")
@@ -168,7 +172,7 @@ def main() -> None:
     ap.add_argument("--mem-steps", type=int, default=5)
     ap.add_argument("--worlds", default="1,2,4", help="memory part: the world sizes")
     ap.add_argument("--result")
-    ap.add_argument("--out", default="bench/distributed_training.json")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "distributed_training.json"))
     a = ap.parse_args()
     from xmc.config import set_offline_env
 

@@ -6,7 +6,8 @@ same random vectors twice, once as the library builds it (padded) and once with 
 times the same queries on both, alternating, in this process. Also reported: how many queries' top-k ids differ
 (fp16 scores summed in another order can swap near-ties).
 
-    python -m bench.fp16_padding [--n 200000] [--queries 2000] [--dims 769,257,256] [--out bench/fp16_padding.json]
+    python -m lab.bench.fp16_padding [--n 200000] [--queries 2000] [--dims 769,257,256] \\
+        [--out lab/bench/fp16_padding.json]
 
 Not a test.
 """
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
 
 
 def build(X: np.ndarray, nlist: int, padded: bool) -> Any:
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--k", type=int, default=100)
     ap.add_argument("--dims", default="769,257,256")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "fp16_padding.json"))
+    ap.add_argument("--out", default=str(BENCH / "fp16_padding.json"))
     a = ap.parse_args(argv)
     from xmc.machine import set_threads
 

@@ -1,30 +1,36 @@
 """The GPU profile of every method on the transformer encoder (MiniLM), run on a lent GPU machine, with each
-run's training time, epochs and test/validation metrics: ``metrics/gpu/``, ``bench/gpu_profiles.json``.
+run's training time, epochs and test/validation metrics: ``lab/bench/gpu/`` (``metrics/``, ``metrics_val/``,
+``evaluation/``), ``lab/bench/gpu_profiles.json``.
 
 The profiles are the full-length ones of ``docs/methods/*.md`` (DEXML 20 epochs with hard negatives refreshed by
 the encoder being trained, MACLR's paper schedule, RAMEN / UniDEC / ASTRA on MiniLM). A lease of GPU time is
 short, so each method gets a wall-clock budget: a two-epoch probe run measures what an epoch costs (the second
 epoch carries the periodic work, refreshes and pruning, so the estimate is high), and the run proper trains the
-most epochs that fit the budget, at most the profile's; the epoch-dependent schedule (refresh / pruning / clustering periods) is scaled with it. Every row
-records the epochs run, the profile's epochs, seconds per epoch and the projection to the full length.
+most epochs that fit the budget, at most the profile's; the epoch-dependent schedule (refresh / pruning /
+clustering periods) is scaled with it. Every row records the epochs run, the profile's epochs, seconds per epoch and
+the projection to the full length. A profile is a run of its method (``xmc.config.runs``) based on the run it
+profiles: the lab's ``dexml`` (MiniLM) and the product's ``maclr``, ``ramen``, ``unidec`` and ``astra``, with the
+profile's overrides; it is trained and packaged as the pipeline does (``xmc.methods.harness.train_run``,
+``xmc.package.build.package_run``: predictions and metrics of both splits).
 
 Three steps, because the GPU machine has neither the data nor the encoder package nor the network:
 
-    python -m bench.gpu_profiles pack            # here: .gpu/ = data (processed, graph, MACLR pairs) + MiniLM + wheels
+    python -m lab.bench.gpu_profiles pack        # here: .gpu/ = data (processed, graph, MACLR pairs) + MiniLM + wheels
     # on the GPU machine (device tool, carry .gpu):
-    pip install --target /tmp/site .gpu/wheels/*.whl; PYTHONPATH=/tmp/site:. python -m bench.gpu_profiles run \\
+    pip install --target /tmp/site .gpu/wheels/*.whl; PYTHONPATH=/tmp/site:. python -m lab.bench.gpu_profiles run \\
         --work /tmp/gpuws --out $OUT --methods dexml,astra,unidec,ramen,maclr --budget 105 --total 540
         # --epochs dexml=20 trains a method whose epoch cost an earlier lease measured, with no probe
-    python -m bench.gpu_profiles collect DIR...  # here: the folders that came back -> metrics/gpu/, bench/gpu_profiles.json
-                                                 # (earlier leases' rows kept; paired tests against the CPU xr_linear)
-    python -m bench.gpu_profiles refuse DIR... --calls N,...   # here: collected calls fused again with the
+    python -m lab.bench.gpu_profiles collect DIR...   # here: the folders that came back -> lab/bench/gpu/,
+                                                 # lab/bench/gpu_profiles.json (earlier leases' rows kept; paired
+                                                 # tests against the CPU xr_linear)
+    python -m lab.bench.gpu_profiles refuse DIR... --calls N,...   # here: collected calls fused again with the
                                                  # label names when the fusion changed (no new lease)
 
 With faiss-gpu (the image has CUDA 13 and no faiss; see :func:`pack_faiss_gpu`):
 
-    python -m bench.gpu_profiles pack --faiss-gpu --data-dirs data/processed   # the methods' data only: 64 MiB
-    # there, before python starts: source bench/faiss_gpu/env.sh .gpu
-    python -m bench.gpu_profiles faiss-check --out $OUT   # ANNIndex on the GPU against the CPU -> faiss_gpu.json
+    python -m lab.bench.gpu_profiles pack --faiss-gpu --data-dirs data/processed   # the methods' data only: 64 MiB
+    # there, before python starts: source lab/bench/faiss_gpu/env.sh .gpu
+    python -m lab.bench.gpu_profiles faiss-check --out $OUT   # ANNIndex on the GPU against the CPU -> faiss_gpu.json
 
 ``pack`` stores MiniLM's weights in float16 (the transfer limit; the machine rebuilds float32 weights from them),
 and of the word-embedding table only the rows of the word pieces that occur in the carried texts, as int8 with a
@@ -52,7 +58,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the repository
+BENCH = Path(__file__).resolve().parent
 CARRY = ROOT / ".gpu"
 DATA_DIRS = ["data/processed", "data/graph/augmented", "data/maclr_pairs"]   # what the five runs read
 WHEELS = ["faiss-cpu==1.15.1", "pydantic==2.14.4", "pydantic-core==2.50.5", "annotated-types==0.8.0",
@@ -79,59 +86,51 @@ def _every(epochs: int, paper_every: int, paper_epochs: int) -> int:
 
 
 def _dexml(e: int) -> dict[str, Any]:
-    return {"dual_encoder.encoder": dict(MINILM),
-            "dual_encoder.train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, "lr": 2e-4,
-                                   "eval_every_epochs": 0, **NO_CKPT},
-            "dual_encoder.negatives.negatives_per_query": 5,
-            "dual_encoder.negatives.refresh_every_epochs": _every(e, 5, 20),
-            "dual_encoder.negatives.refresh_every_steps": 0}
+    return {"encoder": dict(MINILM),
+            "train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, "lr": 2e-4, "eval_every_epochs": 0,
+                      **NO_CKPT},
+            "negatives": {"negatives_per_query": 5, "refresh_every_epochs": _every(e, 5, 20),
+                          "refresh_every_steps": 0}}
 
 
 def _maclr(e: int) -> dict[str, Any]:
     steps = e * math.ceil(15790 / 256)   # T: Stage I steps (15,790 ICT pairs at batch 256); T_K = T/10, T_upd = T/20
-    return {"maclr.defaults.encoder.model_dir": None, "maclr.defaults.encoder.freeze_embeddings": False,
-            "maclr.defaults.stage1.train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, **NO_CKPT},
-            "maclr.defaults.stage1.t_k": max(1, steps // 10), "maclr.defaults.stage1.t_update": max(1, steps // 20),
-            "maclr.defaults.stage1.cluster_pool": 0,
-            "maclr.defaults.stage2.train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, "lr": 1e-5,
-                                            **NO_CKPT}}
+    return {"encoder": {"model_dir": None, "freeze_embeddings": False},
+            "stage1": {"train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, **NO_CKPT},
+                       "t_k": max(1, steps // 10), "t_update": max(1, steps // 20), "cluster_pool": 0},
+            "stage2": {"train": {"epochs": e, "max_steps_per_epoch": 0, "batch_size": 256, "lr": 1e-5, **NO_CKPT}}}
 
 
 def _ramen(e: int) -> dict[str, Any]:
-    return {"ramen.defaults.encoder": dict(MINILM),
-            "ramen.defaults.train": {"epochs": e, "batch_size": 1024, "lr": 2e-4, "max_steps_per_epoch": 0,
-                                     "eval_every_epochs": 0, **NO_CKPT},
-            "ramen.defaults.pruning.warmup_epochs": _every(e, 10, 300),
-            "ramen.defaults.pruning.every_epochs": _every(e, 5, 300),
-            "ramen.defaults.loss": {"name": "triplet", "margin": 0.3},
+    return {"encoder": dict(MINILM),
+            "train": {"epochs": e, "batch_size": 1024, "lr": 2e-4, "max_steps_per_epoch": 0, "eval_every_epochs": 0,
+                      **NO_CKPT},
+            "pruning": {"warmup_epochs": _every(e, 10, 300), "every_epochs": _every(e, 5, 300)},
+            "loss": {"name": "triplet", "margin": 0.3},
             # one sampled positive per query (DEXML's code, as the paper's triplets): with every positive (8.9 per
             # query) a batch of 1,024 puts ~11k label texts through the encoder with gradients, past 139 GiB
-            "ramen.defaults.negatives.max_positives_per_query": 1,
-            "ramen.defaults.negatives.refresh_every_epochs": _every(e, 5, 300)}
+            "negatives": {"max_positives_per_query": 1, "refresh_every_epochs": _every(e, 5, 300)}}
 
 
 def _unidec(e: int) -> dict[str, Any]:
-    return {"unidec.defaults.encoder": dict(MINILM), "unidec.defaults.model.dim": 384,
-            "unidec.defaults.model.dropout": 0.1,
-            "unidec.defaults.train": {"epochs": e, "batch_size": 512, "lr": 1e-4,
-                                      "group_lr": {"encoder": 1e-4, "heads": 2e-4, "classifier": 1e-3},
-                                      "max_steps_per_epoch": 0, "eval_every_epochs": 0, **NO_CKPT},
-            "unidec.defaults.psl.refresh_every_epochs": _every(e, 5, 50), "unidec.defaults.psl.shortlist_size": 30,
-            "unidec.defaults.psl.start_epoch": 0}
+    return {"encoder": dict(MINILM), "model": {"dim": 384, "dropout": 0.1},
+            "train": {"epochs": e, "batch_size": 512, "lr": 1e-4,
+                      "group_lr": {"encoder": 1e-4, "heads": 2e-4, "classifier": 1e-3},
+                      "max_steps_per_epoch": 0, "eval_every_epochs": 0, **NO_CKPT},
+            "psl": {"refresh_every_epochs": _every(e, 5, 50), "shortlist_size": 30, "start_epoch": 0}}
 
 
 def _astra(e: int) -> dict[str, Any]:
     # negatives: the paper's smaller setting (50 hard, 500 uniform per query: its range is 50-800 / 100-6400)
-    return {"astra.defaults.encoder": dict(MINILM),
-            "astra.defaults.train": {"epochs": e, "batch_size": 512, "lr": 1e-5, "group_optimizer": {"classifier": "sgd"},
-                                     "group_lr": {"classifier": 25.6}, "max_steps_per_epoch": 0,
-                                     "eval_every_epochs": 0, **NO_CKPT},
-            "astra.defaults.negatives.hard_negatives": 50, "astra.defaults.negatives.uniform_negatives": 500,
-            "astra.defaults.negatives.start_epoch": _every(e, 5, 75),
-            "astra.defaults.negatives.refresh_every_epochs": _every(e, 5, 75)}
+    return {"encoder": dict(MINILM),
+            "train": {"epochs": e, "batch_size": 512, "lr": 1e-5, "group_optimizer": {"classifier": "sgd"},
+                      "group_lr": {"classifier": 25.6}, "max_steps_per_epoch": 0, "eval_every_epochs": 0, **NO_CKPT},
+            "negatives": {"hard_negatives": 50, "uniform_negatives": 500, "start_epoch": _every(e, 5, 75),
+                          "refresh_every_epochs": _every(e, 5, 75)}}
 
 
-# method -> (run, profile's epochs, overrides for e epochs, prediction variants evaluated)
+# method -> (run, profile's epochs, overrides of that run for e epochs, predictions evaluated); the run is the lab's
+# (dexml: MiniLM) or the product's of that name, the profile its variant with these overrides
 PROFILES: dict[str, tuple[str, int, Callable[[int], dict[str, Any]], list[str]]] = {
     "dexml": ("dexml", 20, _dexml, ["dexml"]),
     "maclr": ("maclr", 20, _maclr, ["maclr"]),
@@ -139,32 +138,56 @@ PROFILES: dict[str, tuple[str, int, Callable[[int], dict[str, Any]], list[str]]]
     "unidec": ("unidec", 50, _unidec, ["unidec", "unidec_de_only", "unidec_clf_only"]),
     "astra": ("astra", 75, _astra, ["astra"]),
 }
+# a UniDEC prediction's retrieval space (``xmc.package.build.package_run`` option ``space``)
+SPACES = {"unidec": "concat", "unidec_de_only": "de", "unidec_clf_only": "clf"}
 
 
-def _at(key: str, value: Any) -> dict[str, Any]:
-    """``a.b.c``, v -> {a: {b: {c: v}}}"""
-    for k in reversed(key.split(".")):
-        value = {k: value}
-    return value
+def base_runs(params: dict[str, Any]) -> dict[str, Any]:
+    """{run: RunSpec} of the product's runs (``params``) and the lab's (``lab/params.yaml``, where it is)."""
+    from xmc.config import problems_error, read_params_file
+    from xmc.config.runs import resolve_runs
+
+    specs, _ = resolve_runs(params["runs"], params)
+    lab = ROOT / "lab" / "params.yaml"
+    if lab.is_file():
+        from lab.config import lab_entry
+
+        raw, lines = read_params_file(lab)
+        entries = {n: lab_entry(e)[1] for n, e in (raw.get("runs") or {}).items() if not (e or {}).get("from_model")}
+        lab_specs, problems = resolve_runs(entries, params, ("runs",), known=specs)
+        if problems:
+            raise problems_error(lab, lines, problems)
+        specs = {**specs, **lab_specs}
+    return specs
 
 
-def profile_params(params: dict[str, Any], method: str, epochs: int, model_dir: str | None,
-                   max_steps: int = 0) -> dict[str, Any]:
-    """params with ``method``'s GPU profile for ``epochs`` epochs; the encoder read from ``model_dir``;
-    ``max_steps`` > 0 caps every epoch (a quick check of the plumbing on a CPU, not a profile)."""
-    from xmc.config.schema import deep_merge, validate_params
+def _train_sections(cfg: dict[str, Any]) -> list[dict[str, Any]]:
+    return [sec["train"] for sec in (cfg, cfg.get("stage1"), cfg.get("stage2"))
+            if isinstance(sec, dict) and isinstance(sec.get("train"), dict)]
 
-    out = params
-    for key, value in PROFILES[method][2](epochs).items():
-        if key.endswith(".encoder"):   # replaced whole: the bag-of-words keys go
-            out = deep_merge(out, _at(key, None))
-            value = {**value, "model_dir": model_dir}
-        elif key.endswith("encoder.model_dir"):
-            value = model_dir
-        if max_steps and key.endswith(".train"):
-            value = {**value, "max_steps_per_epoch": max_steps}
-        out = deep_merge(out, _at(key, value))   # a copy: the caller's params stay as they were
-    return validate_params(out)   # a profile key the schema does not know fails here, not on the GPU machine
+
+def profile_run(params: dict[str, Any], method: str, epochs: int, model_dir: str | None, max_steps: int = 0,
+                known: dict[str, Any] | None = None) -> Any:
+    """``method``'s GPU profile for ``epochs`` epochs as a run (:class:`xmc.config.runs.RunSpec`): the run it
+    profiles (``known``, default :func:`base_runs`) with the profile's overrides; the encoder read from
+    ``model_dir``; ``max_steps`` > 0 caps every epoch (a quick check of the plumbing on a CPU, not a profile).
+    A profile key the run's schema does not know fails here, not on the GPU machine."""
+    from xmc.config.runs import RunSpec, resolve_runs
+    from xmc.config.schema import deep_merge
+
+    run, _, overrides_of, _ = PROFILES[method]
+    known = known if known is not None else base_runs(params)
+    if run not in known:
+        raise SystemExit(f"profile {method}: no run {run!r} in params.yaml or lab/params.yaml to base it on")
+    overrides = deep_merge(overrides_of(epochs), {"encoder": {"model_dir": model_dir}})
+    if max_steps:
+        for train in _train_sections(overrides):
+            train["max_steps_per_epoch"] = max_steps
+    key = f"{run}_gpu_profile"
+    specs, problems = resolve_runs({key: {"base": run, **overrides}}, params, ("gpu_profiles",), known=known)
+    if problems:
+        raise SystemExit("; ".join(f"profile {method}: {'.'.join(map(str, loc[2:]))}: {msg}" for loc, msg in problems))
+    return RunSpec(run, specs[key].method, specs[key].config, f"lab/bench/gpu_profiles.py PROFILES[{method!r}]")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -267,24 +290,24 @@ def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset
 # faiss-gpu-cu12 1.14.1 has sm_70 / sm_80 code only ("no kernel image is available" on an H200, lease 5); the
 # faiss-gpu wheel (1.15) has sm_90
 FAISS_GPU = ["faiss-gpu==1.15.1", "nvidia-cuda-runtime-cu12==12.9.79"]
-FAISS_GPU_ARCH = 90   # the H200's; the wheel's other architectures are blanked (bench/faiss_gpu/fatbin.py)
-SHIM = ROOT / "bench" / "faiss_gpu"
+FAISS_GPU_ARCH = 90   # the H200's; the wheel's other architectures are blanked (lab/bench/faiss_gpu/fatbin.py)
+SHIM = BENCH / "faiss_gpu"
 
 
 def pack_faiss_gpu(path: Path) -> None:
     """``path`` (tar.xz): ``site/faiss`` (the faiss-gpu wheel's files) and ``cuda12/`` (the CUDA 12 runtime,
-    ``libcublas.so.12`` built from ``bench/faiss_gpu/cublas12_shim.c`` and an empty ``libcublasLt.so.12``).
+    ``libcublas.so.12`` built from ``lab/bench/faiss_gpu/cublas12_shim.c`` and an empty ``libcublasLt.so.12``).
 
     The GPU image has CUDA 13 only. PyPI's faiss-gpu wheel is built for CUDA 12 and needs its runtime (0.7 MB,
     carried) and cuBLAS 12 (about 600 MB, past the device tool's 64 MiB carry limit): the shim forwards the eight
     cuBLAS calls faiss makes to the image's cuBLAS 13. The wheel's own OpenBLAS goes too (4.3 MB compressed with its
     Fortran runtime); ``blas_shim.c`` forwards faiss's BLAS/LAPACK calls to the OpenBLAS inside the image's scipy.
     ``libfaiss.so`` keeps only the sm_90 code (199 MB with six architectures; 13 MB compressed with one).
-    ``bench/faiss_gpu/env.sh`` sets the machine up."""
+    ``lab/bench/faiss_gpu/env.sh`` sets the machine up."""
     import tempfile
     import zipfile
 
-    from bench.faiss_gpu.fatbin import keep_only
+    from lab.bench.faiss_gpu.fatbin import keep_only
 
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
@@ -306,7 +329,7 @@ def pack_faiss_gpu(path: Path) -> None:
         # LD_LIBRARY_PATH supplies the runtime and the shims instead
         (site / "faiss" / "_gpu_build.py").unlink()
         print(f"libfaiss.so: {sorted(keep_only(site / 'faiss' / 'libfaiss.so', FAISS_GPU_ARCH).items())}")
-        # the bundled OpenBLAS (and the gfortran / quadmath only it needs) gives way to bench/faiss_gpu/blas_shim.c
+        # the bundled OpenBLAS (and the gfortran / quadmath only it needs) gives way to lab/bench/faiss_gpu/blas_shim.c
         bundled = site / "faiss_gpu.libs"
         (blas,) = bundled.glob("libopenblas*.so")
         for f in [blas, *bundled.glob("libgfortran*"), *bundled.glob("libquadmath*")]:
@@ -454,24 +477,29 @@ def faiss_check(out: Path, large: int = 1_000_000) -> dict[str, Any]:
 # run (there): one child process per method (a crash or a timeout loses that method only)
 # ------------------------------------------------------------------------------------------------
 def _train_eval(method: str, epochs: int, model_dir: str, eval_: bool, max_steps: int = 0) -> dict[str, Any]:
-    """In the workspace (cwd): train ``method``'s run for ``epochs`` epochs; with ``eval_``, predict val + tst and
-    evaluate every variant. Returns times, the training summary and the metrics."""
+    """In the workspace (cwd): train ``method``'s run for ``epochs`` epochs; with ``eval_``, package it and predict
+    and evaluate val + tst for every prediction of it (``package@`` does that). Returns times, the training summary
+    and the metrics."""
     import torch
 
-    from stages import evaluate as evaluate_stage
     from xmc.config import load_params, set_offline_env, setup_logging
-    from xmc.methods.base import predict_run, train_run
+    from xmc.methods.harness import train_run
+    from xmc.package.build import package_run
+    from xmc.workspace import Workspace
 
     set_offline_env()
     setup_logging("INFO")
 
     run, paper_epochs, _, variants = PROFILES[method]
-    params = profile_params(load_params(), method, epochs, model_dir, max_steps)
-    for d in ("models", "checkpoints", "plots/train", "indexes", "predictions"):
-        shutil.rmtree(Path(d) / run, ignore_errors=True)
+    params = load_params("params.yaml")
+    spec = profile_run(params, method, epochs, model_dir, max_steps)
+    ws = Workspace(Path("."))
+    for d in (ws.model(run), ws.checkpoints(run), ws.training_record(run),
+              *(f(v) for v in variants for f in (ws.package, ws.predictions))):
+        shutil.rmtree(d, ignore_errors=True)
     torch.cuda.reset_peak_memory_stats() if torch.cuda.is_available() else None
     t0 = time.perf_counter()
-    summary = train_run(params, run)
+    summary = train_run(params, spec, ws)
     row: dict[str, Any] = {"method": method, "run": run, "epochs": epochs, "profile_epochs": paper_epochs,
                            "train_wall_s": round(time.perf_counter() - t0, 2), "summary": summary}
     if torch.cuda.is_available():
@@ -479,16 +507,14 @@ def _train_eval(method: str, epochs: int, model_dir: str, eval_: bool, max_steps
     if not eval_:
         return row
     t0 = time.perf_counter()
-    predict_run(params, run, ("val", "tst"))
-    row["predict_s"] = round(time.perf_counter() - t0, 2)
     row["metrics"], row["metrics_val"] = {}, {}
-    t0 = time.perf_counter()
     for v in variants:
-        evaluate_stage.main([v, "--split", "tst"])
-        evaluate_stage.main([v, "--split", "val"])
-        row["metrics"][v] = json.loads((Path("metrics") / f"{v}.json").read_text())
-        row["metrics_val"][v] = json.loads((Path("metrics_val") / f"{v}.json").read_text())
-    row["evaluate_s"] = round(time.perf_counter() - t0, 2)
+        package_run(params, v, ws, model_dir=ws.model(run), splits=("val", "tst"), run_params=spec.config,
+                    options={"space": SPACES[v]} if v in SPACES else None)
+        shutil.rmtree(ws.package(v), ignore_errors=True)   # only the predictions and metrics come back
+        row["metrics"][v] = json.loads(ws.metrics(v, "tst").read_text())
+        row["metrics_val"][v] = json.loads(ws.metrics(v, "val").read_text())
+    row["predict_s"] = round(time.perf_counter() - t0, 2)   # index, prediction and evaluation of both splits
     return row
 
 
@@ -496,7 +522,7 @@ def _child(method: str, epochs: int, model_dir: str, eval_: bool, timeout: float
            max_steps: int = 0) -> dict[str, Any]:
     """``_train_eval`` in a child process (its own GPU context), killed at ``timeout`` seconds; its output is
     copied to ``log`` as it comes (progress bars included: read in chunks, not lines)."""
-    code = (f"import json, sys; from bench.gpu_profiles import _train_eval; "
+    code = (f"import json, sys; from lab.bench.gpu_profiles import _train_eval; "
             f"r = _train_eval({method!r}, {epochs}, {model_dir!r}, {eval_}, {max_steps}); "
             f"print('XMC_GPU_ROW=' + json.dumps(r, default=str), flush=True)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
@@ -614,7 +640,7 @@ def run(work: Path, out: Path, methods: list[str], budget: float, carry: Path = 
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.gpu_profiles", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lab.bench.gpu_profiles", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("pack", help="here: .gpu/ with the data, MiniLM and wheels to carry")
     p.add_argument("--dest", type=Path, default=CARRY)
@@ -634,14 +660,15 @@ def main(argv: list[str] | None = None) -> None:
     k = sub.add_parser("faiss-check", help="on the GPU machine: xmc's ANNIndex on faiss-gpu against faiss on the CPU")
     k.add_argument("--out", type=Path, required=True)
     k.add_argument("--large", type=int, default=1_000_000, help="vectors of the large case (0: none)")
-    c = sub.add_parser("collect", help="here: the files that came back -> metrics/gpu/, bench/gpu_profiles.json")
+    c = sub.add_parser("collect", help="here: the files that came back -> lab/bench/gpu/, lab/bench/gpu_profiles.json")
     c.add_argument("dirs", type=Path, nargs="+", help="the folders of the device calls, in order")
-    c.add_argument("--peers", default="xr_linear", help="CPU runs to test against, where evaluation/tst/<peer>.npz is")
-    c.add_argument("--fresh", action="store_true", help="drop the earlier leases' rows from bench/gpu_profiles.json")
+    c.add_argument("--peers", default="xr_linear", help="CPU runs to test against (the product's or the lab's)")
+    c.add_argument("--fresh", action="store_true",
+                   help="drop the earlier leases' rows from lab/bench/gpu_profiles.json")
     f = sub.add_parser("refuse", help="here: collected calls' runs fused again with the label names (current fusion)")
     f.add_argument("dirs", type=Path, nargs="+", help="the folders of device calls already collected")
-    f.add_argument("--calls", required=True, help="their call numbers in bench/gpu_profiles.json, comma-separated")
-    f.add_argument("--peers", default="xr_linear", help="CPU runs to test against, where evaluation/tst/<peer>.npz is")
+    f.add_argument("--calls", required=True, help="their call numbers in lab/bench/gpu_profiles.json, comma-separated")
+    f.add_argument("--peers", default="xr_linear", help="CPU runs to test against (the product's or the lab's)")
     args = ap.parse_args(argv)
     if args.cmd == "pack":
         pack(args.dest, wheels=not args.no_wheels, data_root=args.data_root,
@@ -665,54 +692,85 @@ def main(argv: list[str] | None = None) -> None:
         refuse(args.dirs, [int(x) for x in args.calls.split(",") if x], tuple(x for x in args.peers.split(",") if x))
 
 
+def gpu_results() -> Any:
+    """Where collected GPU runs' metrics and per-instance files go: ``lab/bench/gpu/`` (``metrics/<v>.json`` test,
+    ``metrics_val/<v>.json`` validation, ``evaluation/{tst,val}/<v>.npz``), apart from the CPU runs'."""
+    from xmc.workspace import Workspace
+
+    return Workspace(ROOT / "lab" / "bench" / "gpu")
+
+
+def bench_json() -> Path:
+    return ROOT / "lab" / "bench" / "gpu_profiles.json"
+
+
+def cpu_contributions(name: str, split: str = "tst") -> Path:
+    """A CPU run's per-instance file: the product's (``evaluation/``) or a lab run's (``lab/runs/<name>/``)."""
+    from xmc.workspace import Workspace
+
+    product = Workspace(ROOT).contributions(name, split)
+    lab = Workspace(ROOT / "lab" / "runs" / name).contributions(name, split)
+    return product if product.exists() or not lab.exists() else lab
+
+
+def hybrid_of(variant: str) -> dict[str, Any] | None:
+    """The hybrid of ``variant`` in params.yaml ``hybrids`` or lab/params.yaml ``hybrids`` (``<variant>_hybrid``,
+    trained or zero-shot fusion), or None."""
+    import yaml
+
+    from xmc.package.fuse import SUFFIX
+
+    found: dict[str, Any] = {}
+    for path in (ROOT / "params.yaml", ROOT / "lab" / "params.yaml"):
+        if path.is_file():
+            found.update((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("hybrids") or {})
+    entry = found.get(variant + SUFFIX)
+    return {"fusion": "trained", **entry} if isinstance(entry, dict) and entry.get("base") == variant else None
+
+
 def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = None) -> dict[str, Any] | None:
     """A GPU run's predictions that came back (``call_dir/predictions/<variant>``) fused here with the label-name
-    retriever as the pipeline's fuse stage does (weights fit on validation, cross-fitted there; ``<variant>_hybrid``),
-    then evaluated by the evaluate stage, in a workspace holding the carried data. None when the call brought no
-    predictions of ``variant`` or params has no hybrid of it. Returns the metrics of both splits and the folder
-    of the evaluation files."""
-    from stages import evaluate as evaluate_stage
+    retriever as the pipeline's fuse stage does (weights fit on validation, cross-fitted there; ``<variant>_hybrid``)
+    and evaluated (:func:`xmc.package.fuse.fuse`), in a workspace holding the carried data. None when the call brought
+    no predictions of ``variant`` or neither params file has a hybrid of it. Returns the metrics of both splits and
+    the folder of the evaluation files."""
     from xmc.config import load_params
-    from xmc.lexical.fuse import SUFFIX, fuse_run
+    from xmc.package.fuse import SUFFIX, fuse
+    from xmc.workspace import Workspace
 
     pred = call_dir / "predictions" / variant
     if not all((pred / f"{s}_topk.npz").is_file() for s in ("val", "tst")):
         return None
-    params = load_params(ROOT / "params.yaml")
-    if variant not in params["hybrid"]["runs"]:
+    entry = hybrid_of(variant)
+    if entry is None:
         return None
-    ws = call_dir / "fuse_workspace"   # one per call: the runs of a call share its data
-    (ws / "predictions").mkdir(parents=True, exist_ok=True)
-    if not (ws / "data" / "processed").is_dir():
+    params = load_params(ROOT / "params.yaml")
+    ws = Workspace(call_dir / "fuse_workspace")   # one per call: the runs of a call share its data
+    ws.predictions(variant).parent.mkdir(parents=True, exist_ok=True)
+    if not ws.processed.is_dir():
         with tarfile.open((carry or CARRY) / "data.tar.xz") as tar:
-            tar.extractall(ws, filter=lambda m, dest: tarfile.data_filter(m, dest)
+            tar.extractall(ws.root, filter=lambda m, dest: tarfile.data_filter(m, dest)
                            if m.name.startswith("data/processed") else None)
-        shutil.copy2(ROOT / "params.yaml", ws / "params.yaml")
-    shutil.copytree(pred, ws / "predictions" / variant, dirs_exist_ok=True)
+    shutil.copytree(pred, ws.predictions(variant), dirs_exist_ok=True)
     hybrid = variant + SUFFIX
-    cwd = Path.cwd()
-    os.chdir(ws)
-    try:
-        summary = fuse_run(params, variant, ws, with_predictor=False)
-        evaluate_stage.main([hybrid, "--split", "tst"])
-        evaluate_stage.main([hybrid, "--split", "val"])
-    finally:
-        os.chdir(cwd)
+    summary = fuse(params, hybrid, [variant], ws, zero_shot=entry["fusion"] == "zero_shot", splits=("val", "tst"),
+                   with_package=False)
     return {"variant": hybrid, "fusion": summary,
-            "metrics": json.loads((ws / "metrics" / f"{hybrid}.json").read_text()),
-            "metrics_val": json.loads((ws / "metrics_val" / f"{hybrid}.json").read_text()),
-            "evaluation": ws / "evaluation"}
+            "metrics": json.loads(ws.metrics(hybrid, "tst").read_text()),
+            "metrics_val": json.loads(ws.metrics(hybrid, "val").read_text()),
+            "evaluation": ws.root / "evaluation"}
 
 
 def _record(v: str, row: dict[str, Any], device: str, tst: dict[str, Any], val: dict[str, Any], evaluation: Path,
             **extra: Any) -> None:
-    """``v``'s metrics (tagged with the run's epochs and device) and per-instance files -> the repo."""
-    for split, mdir, m in (("tst", "metrics", tst), ("val", "metrics_val", val)):
-        dest = ROOT / mdir / "gpu" / f"{v}.json"
+    """``v``'s metrics (tagged with the run's epochs and device) and per-instance files -> :func:`gpu_results`."""
+    out = gpu_results()
+    for split, m in (("tst", tst), ("val", val)):
+        dest = out.metrics(v, split)
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_text(json.dumps({**m, "epochs": row["epochs"], "profile_epochs": row["profile_epochs"],
                                     "device": device, **extra}, indent=2) + "\n")
-        npz = ROOT / "evaluation" / "gpu" / split / f"{v}.npz"
+        npz = out.contributions(v, split)
         npz.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(evaluation / split / f"{v}.npz", npz)
 
@@ -743,8 +801,8 @@ def _hybrid_of(row: dict[str, Any], v: str, call_dir: Path, device: str,
     row.setdefault("hybrids", {})[h] = {"fusion": fused["fusion"]["fusion"],
                                         "candidates_per_text": fused["fusion"]["candidates_per_text"]}
     _record(h, row, device, fused["metrics"], fused["metrics_val"], fused["evaluation"], base=v)
-    versus = [(f"{v} (GPU)", ROOT / "evaluation" / "gpu" / "tst" / f"{v}.npz")]
-    versus += [(p, ROOT / "evaluation" / "tst" / f"{p}.npz") for p in dict.fromkeys((*peers, h))]
+    versus = [(f"{v} (GPU)", gpu_results().contributions(v, "tst"))]
+    versus += [(p, cpu_contributions(p)) for p in dict.fromkeys((*peers, h))]
     return h, _pair_against(h, row, fused["evaluation"] / "tst" / f"{h}.npz", versus)
 
 
@@ -771,22 +829,22 @@ def epoch_seconds(log: str) -> list[int]:
 
 
 def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: bool = True) -> dict[str, Any]:
-    """The files of one or more device calls (in order) -> ``bench/gpu_profiles.json`` (every row, less its
-    metrics, with the call it came from), ``metrics/gpu/<variant>.json`` and ``metrics_val/gpu/<variant>.json``
-    (per variant, the row that trained most epochs), ``evaluation/gpu/{tst,val}/<variant>.npz``, paired
+    """The files of one or more device calls (in order) -> ``lab/bench/gpu_profiles.json`` (every row, less its
+    metrics, with the call it came from), ``lab/bench/gpu/metrics/<variant>.json`` and ``metrics_val/<variant>.json``
+    (per variant, the row that trained most epochs), ``lab/bench/gpu/evaluation/{tst,val}/<variant>.npz``, paired
     bootstrap tests between the calls' runs of one variant (more epochs vs fewer, same test instances), and
-    paired tests of each variant collected now against the CPU runs ``peers`` whose ``evaluation/tst/<peer>.npz``
-    is here (``dvc repro evaluate@<peer>``).
+    paired tests of each variant collected now against the CPU runs ``peers`` whose per-instance test file is here
+    (the product's ``evaluation/tst/<peer>.npz`` after ``make run``, or a lab run's under ``lab/runs/<peer>/``).
 
-    With ``keep``, the calls and rows already in ``bench/gpu_profiles.json`` (earlier leases) stay, the new
+    With ``keep``, the calls and rows already in ``lab/bench/gpu_profiles.json`` (earlier leases) stay, the new
     calls are numbered after them, and a variant's metrics files are replaced only by a row of at least as many
     epochs as they record."""
     import tempfile
 
     from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap
 
-    bench_json = ROOT / "bench" / "gpu_profiles.json"
-    old = json.loads(bench_json.read_text()) if keep and bench_json.exists() else {}
+    out_json = bench_json()
+    old = json.loads(out_json.read_text()) if keep and out_json.exists() else {}
     calls, rows = list(old.get("calls", [])), list(old.get("rows", []))
     paired, against = list(old.get("paired_more_epochs", [])), list(old.get("paired_against_cpu", []))
     first = len(calls) + 1
@@ -815,7 +873,7 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
 
         written: set[str] = set()
         for v, row in best.items():
-            kept = ROOT / "metrics" / "gpu" / f"{v}.json"
+            kept = gpu_results().metrics(v, "tst")
             if kept.exists() and int(json.loads(kept.read_text()).get("epochs", 0)) > row["epochs"]:
                 continue   # an earlier lease trained this variant longer
             written.add(v)
@@ -828,8 +886,7 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
                     paired.append({"variant": v, "a_epochs": row["epochs"], "b_epochs": other["epochs"],
                                    **paired_bootstrap(InstanceContributions.load(npz(row, v)),
                                                       InstanceContributions.load(npz(other, v)), metric)})
-            against += _pair_against(v, row, npz(row, v), [(p, ROOT / "evaluation" / "tst" / f"{p}.npz")
-                                                           for p in peers])
+            against += _pair_against(v, row, npz(row, v), [(p, cpu_contributions(p)) for p in peers])
         for v, row in best.items():   # the GPU run fused with the label names, as the CPU runs' hybrids are
             if v in written:
                 fused = _hybrid_of(row, v, Path(tmp) / str(row["call"]), device(row), peers)
@@ -838,15 +895,15 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
         row.pop("metrics", None)
         row.pop("metrics_val", None)
     result = {"calls": calls, "rows": rows + new_rows, "paired_more_epochs": paired, "paired_against_cpu": against}
-    bench_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"{len(new_rows)} rows from {len(dirs)} calls (calls {first}-{len(calls)}) -> bench/gpu_profiles.json, "
-          f"metrics/gpu/, metrics_val/gpu/")
+    out_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"{len(new_rows)} rows from {len(dirs)} calls (calls {first}-{len(calls)}) -> lab/bench/gpu_profiles.json, "
+          f"lab/bench/gpu/")
     _print_pairs(paired[len(old.get("paired_more_epochs", [])):], against[len(old.get("paired_against_cpu", [])):])
     return result
 
 
 def _recorded_call(rows: list[dict[str, Any]], method: str) -> int | None:
-    """The call whose run of ``method`` ``metrics/gpu`` records: collect keeps the run of most epochs, the later
+    """The call whose run of ``method`` ``lab/bench/gpu`` records: collect keeps the run of most epochs, the later
     call among equals (``None``: no run of it completed)."""
     done = [r for r in rows if r.get("method") == method and r.get("ok") and r.get("epochs")]
     if not done:
@@ -856,15 +913,15 @@ def _recorded_call(rows: list[dict[str, Any]], method: str) -> int | None:
 
 
 def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_linear",)) -> dict[str, Any]:
-    """Calls already collected (``dirs``, numbered ``calls`` in ``bench/gpu_profiles.json``) fused again with the
+    """Calls already collected (``dirs``, numbered ``calls`` in ``lab/bench/gpu_profiles.json``) fused again with the
     label names by the current fusion (params' ``hybrid`` section): when the fusion changes, the GPU runs' hybrids
-    follow without a new lease. Only the runs that ``metrics/gpu`` records (``_recorded_call``) are re-fused;
+    follow without a new lease. Only the runs that ``lab/bench/gpu/metrics`` records (``_recorded_call``) are re-fused;
     their hybrid metrics, per-instance files, the rows' fusion notes and their paired tests are replaced; the
     runs' own rows and metrics stay as they are."""
     import tempfile
 
-    bench_json = ROOT / "bench" / "gpu_profiles.json"
-    result = json.loads(bench_json.read_text())
+    out_json = bench_json()
+    result = json.loads(out_json.read_text())
     if len(dirs) != len(calls):
         raise SystemExit(f"{len(dirs)} folders for {len(calls)} call numbers")
     new_pairs: list[dict[str, Any]] = []
@@ -872,18 +929,18 @@ def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_lin
     with tempfile.TemporaryDirectory() as tmp:
         for d, c in zip(dirs, calls):
             if not 1 <= c <= len(result["calls"]):
-                raise SystemExit(f"{bench_json}: no call {c} (it has {len(result['calls'])})")
+                raise SystemExit(f"{out_json}: no call {c} (it has {len(result['calls'])})")
             part = json.loads((d / "gpu_profiles.json").read_text())
             kept = {(r["method"], r.get("epochs")): r for r in result["rows"] if r.get("call") == c}
             if part.get("device") != result["calls"][c - 1]["device"] or not all(
                     (r["method"], r.get("epochs")) in kept for r in part["rows"]):
-                raise SystemExit(f"{d}: its rows are not those of call {c} in {bench_json}")
+                raise SystemExit(f"{d}: its rows are not those of call {c} in {out_json}")
             with tarfile.open(d / "gpu_outputs.tar.gz") as tar:
                 tar.extractall(Path(tmp) / str(c), filter="data")
             for r in part["rows"]:
                 row = kept[(r["method"], r.get("epochs"))]
                 if _recorded_call(result["rows"], r["method"]) != c:
-                    continue   # another call's run of this method is the one metrics/gpu records
+                    continue   # another call's run of this method is the one lab/bench/gpu records
                 for v in r.get("metrics") or {}:
                     fused = _hybrid_of(row, v, Path(tmp) / str(c), part["device"], peers)
                     if fused:
@@ -891,8 +948,8 @@ def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_lin
                         new_pairs += fused[1]
     result["paired_against_cpu"] = [x for x in result["paired_against_cpu"]
                                     if (x["variant"], x["call"]) not in redone] + new_pairs
-    bench_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    print(f"re-fused {sorted(h for h, _ in redone)} from calls {calls} -> bench/gpu_profiles.json, metrics/gpu/, metrics_val/gpu/")
+    out_json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    print(f"re-fused {sorted(h for h, _ in redone)} from calls {calls} -> lab/bench/gpu_profiles.json, lab/bench/gpu/")
     _print_pairs([], new_pairs)
     return result
 

@@ -6,7 +6,7 @@ vectors (2,000 centres + noise, d = 256, like label embeddings) of size ``--n``,
 build seconds, search seconds and recall@100 against exact search, for HNSW (M 32, efConstruction 40 and 200,
 efSearch 128) and IVF-Flat (4·sqrt(n) lists, nprobe 16 and 32).
 
-    python -m bench.index_choice [--n 100000] [--out bench/index_choice.json]
+    python -m lab.bench.index_choice [--n 100000] [--out lab/bench/index_choice.json]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=float, default=1e5)
     ap.add_argument("--dim", type=int, default=256)
-    ap.add_argument("--out", default="bench/index_choice.json")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "index_choice.json"))
     a = ap.parse_args()
     n, d, k = int(a.n), a.dim, 100
     x, q = clustered(n, d, np.random.default_rng(0))

@@ -5,8 +5,8 @@ label texts of a processed dataset (``--processed``); the queries are its valida
 against the exact float32 top-k of the same queries (the truth), so the float16 rows show what the quantisation
 costs and the HNSW rows what the graph search costs, alone and together.
 
-    python -m bench.index_storage --encoder models/dexml_bow --processed data/processed [--queries 1000] [--k 100]
-        [--labels 0] [--out bench/index_storage.json]
+    python -m lab.bench.index_storage --encoder models/dexml_bow --processed data/processed [--queries 1000] \\
+        [--k 100] [--labels 0] [--out lab/bench/index_storage.json]
 
 ``--labels N`` (N > number of labels) tiles the label vectors with small noise up to N rows, to see the
 approximate indexes at a size where ``index.kind: auto`` picks them. Not a test.
@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
 STORAGES = ("float32", "float16")
 
 
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--labels", type=int, default=0)
     ap.add_argument("--hnsw-m", type=int, default=32)
     ap.add_argument("--ef-search", default="128,512", help="HNSW efSearch values, comma-separated")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "index_storage.json"))
+    ap.add_argument("--out", default=str(BENCH / "index_storage.json"))
     a = ap.parse_args(argv)
 
     from xmc.ann import ANNIndex

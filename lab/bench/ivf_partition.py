@@ -2,7 +2,7 @@
 
 The prediction index calibrates to recall@100 against exact search (``index.recall_target``). On the synthetic
 data's one-epoch vectors IVF reaches 0.9 only near every list, so the index falls back to a PQ scan of every
-label (docs/scale.md). This asks two further questions on the same vectors:
+label (lab/docs/scale.md). This asks two further questions on the same vectors:
 
 * is what IVF misses only the exact top-100's tail, or also the relevant labels? Per ``nprobe``: recall@100
   against exact search, the share of exact search's relevant hits (relevant labels in its top 100) that IVF
@@ -10,14 +10,14 @@ label (docs/scale.md). This asks two further questions on the same vectors:
 * does a partition trained on the *queries* do better? The inverted lists' centroids are the spherical k-means of
   training query vectors (labels assigned to their best centroid by inner product) instead of label vectors'.
 
-    python -m bench.ivf_partition --workspace bench/.scale/repo_100000 --run dexml_bow \
-        --out bench/ivf_partition_1e5.json
+    python -m lab.bench.ivf_partition --workspace lab/bench/.scale/repo_100000 --run dexml_bow \
+        --out lab/bench/ivf_partition_1e5.json
 
-Any workspace with a dense predictor works, the run of record too: ``--workspace <it> --run dexml_bow`` (the
-bag-of-words vectors of real text, ``bench/ivf_partition_semcor.json``) or ``--run dexml`` (MiniLM's,
-``bench/ivf_partition_semcor_dexml.json``).
+Any workspace with a dense package works, the product's too: ``--workspace . --run dexml_bow`` (the
+bag-of-words vectors of real text, ``lab/bench/ivf_partition_semcor.json``); ``lab/bench/ivf_partition_semcor_dexml.json``
+was MiniLM's (the lab's ``dexml`` run, which keeps no package now: ``--run minilm_zeroshot`` is the product's MiniLM).
 
-The workspace's own code and params load its data and predictor (``indexes/<run>``). Validation queries only.
+The workspace's own code and params load its data and predictor (``packages/<run>``). Validation queries only.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _hit_retention(ids: np.ndarray, exact: np.ndarray, Y: Any) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workspace", default="bench/.scale/repo_100000")
+    ap.add_argument("--workspace", default="lab/bench/.scale/repo_100000")
     ap.add_argument("--run", default="dexml_bow")
     ap.add_argument("--nlist", type=int, default=0, help="inverted lists (default: 4·sqrt(labels), as ANNIndex)")
     ap.add_argument("--nprobes", default="8,32,128,512")
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
-    from bench.workspace import load_dense_run
+    from lab.bench.workspace import load_dense_run
 
     ws, _, ds, predictor = load_dense_run(args.workspace, args.run, args.threads)
     import faiss

@@ -8,8 +8,12 @@ undoes the τ it was saved with (``train_summary.json``), and ranks the validati
 P@1 / P@5 / PSP@5 / R@100 and their mean over the models, and a split-half check of the choice: τ picked on the odd
 sentences by mean P@5 and scored on the even ones against τ = 0, and the reverse. The test split is not read.
 
-    python -m bench.logit_adjustment_sweep --runs astra,astra_seed1,astra_seed2 \\
-        [--taus 0,0.1,0.2,0.25,0.3,0.4,0.5] [--out bench/logit_adjustment_sweep.json]
+    python -m lab.bench.logit_adjustment_sweep --runs astra[,<more trained ASTRA runs>] \\
+        [--taus 0,0.1,0.2,0.25,0.3,0.4,0.5] [--out lab/bench/logit_adjustment_sweep.json]
+
+(``lab/bench/logit_adjustment_sweep.json`` was measured on ``astra,astra_seed1,astra_seed2`` when the seed runs kept
+their models; the lab's ``*_seed*`` runs now keep only their predictions, so a seed's model is the product's run
+trained with that seed, e.g. by ``python -m lab.bench.seed_study``'s calls, into a folder under ``--models``.)
 
 Not a test.
 """
@@ -23,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.bow_training_speed import VALIDATION_METRICS as METRICS
+from lab.bench.seed_study import METRICS
 
 
 def main() -> None:

@@ -3,14 +3,14 @@
 Mining builds ``ANNIndex(kind=<negatives.index_kind>)`` over every label vector at each refresh and searches the
 training queries (:func:`xmc.negatives.samplers.mine_shortlist`); above ``index.auto_exact_max`` labels ``auto`` is
 IVF. This measures that index on a scale-benchmark workspace (``make scale-bench`` keeps them under
-``bench/.scale/repo_<L>``): the label texts and the first ``--queries`` training texts, under the untrained
+``lab/bench/.scale/repo_<L>``): the label texts and the first ``--queries`` training texts, under the untrained
 bag-of-words encoder (what the scale profile's first refresh mines with) and the trained ``dexml_bow`` encoder when
 the workspace has it. Per storage: build seconds, list-size statistics, codes scanned per query, queries/s of the
 search and recall@100 against exact search on ``--recall-queries`` queries; then the float32/float16 ratio of
 queries/s, measured in the same process.
 
-    python -m bench.mining_index [--workspace bench/.scale/repo_1000000] [--queries 10000]
-                                 [--out bench/mining_index_1e6.json]
+    python -m lab.bench.mining_index [--workspace lab/bench/.scale/repo_1000000] [--queries 10000]
+                                     [--out lab/bench/mining_index_1e6.json]
 
 Not a test: run it on an idle machine (about 10 minutes at 10^6 labels on 2 cores).
 """
@@ -67,7 +67,7 @@ def measure_index(label_vecs: np.ndarray, query_vecs: np.ndarray, storage: str, 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workspace", default="bench/.scale/repo_1000000")
+    ap.add_argument("--workspace", default="lab/bench/.scale/repo_1000000")
     ap.add_argument("--queries", type=int, default=10000)
     ap.add_argument("--recall-queries", type=int, default=1000)
     ap.add_argument("--out", default=None)
@@ -86,10 +86,11 @@ def main() -> None:
     labels = _texts(proc / "lbl.jsonl")
     queries = _texts(proc / "trn.jsonl", a.queries)
     print(f"{len(labels):,} labels, {len(queries):,} queries", flush=True)
-    import yaml
+    from xmc.config import load_params
+    from xmc.config.runs import resolve_run
 
-    params = yaml.safe_load((ws / "params.yaml").read_text())
-    encoders: dict[str, Any] = {"untrained": build_encoder(params["runs"]["dexml_bow"]["encoder"])}
+    params = load_params(ws / "params.yaml")
+    encoders: dict[str, Any] = {"untrained": build_encoder(resolve_run(params, "dexml_bow").config["encoder"])}
     if (ws / "models" / "dexml_bow").is_dir():
         encoders["trained_dexml_bow"] = load_encoder(ws / "models" / "dexml_bow")
     out: dict[str, Any] = {"machine": describe_machine(), "workspace": str(ws), "labels": len(labels),

@@ -6,12 +6,12 @@ runs a worker per setting, alternating the settings round by round (a slow minut
 every setting), and each worker times, with the current library:
 
 * ``dexml_bow``: the shipped DEXML-BoW run's training loop for ``--epochs`` epochs (its hard-negative refresh
-  included), as ``bench/bow_training_speed.py`` times it; and its final loss (equal losses: the same computation);
+  included), as ``lab/bench/bow_training_speed.py`` times it; and its final loss (equal losses: the same computation);
 * ``minilm``: the MiniLM encoder (all-MiniLM-L6-v2) embedding ``--texts`` training sentences, and ``--steps``
   fine-tuning steps of 64 sentences (forward, backward, AdamW); and the sum of the embeddings.
 
-    python -m bench.openmp_spin [--spins 300000,20000] [--rounds 3] [--epochs 3] [--texts 3000] [--steps 8]
-                                [--processed data/processed] [--out bench/openmp_spin.json]
+    python -m lab.bench.openmp_spin [--spins 300000,20000] [--rounds 3] [--epochs 3] [--texts 3000] [--steps 8]
+                                    [--processed data/processed] [--out lab/bench/openmp_spin.json]
 
 300,000 is libgomp's default. Prints each setting's median times and their ratio to the first setting's.
 Not a test: run it on an idle machine.
@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the repository: the workers run from it
 
 
 def worker(processed: str, epochs: int, n_texts: int, steps: int) -> dict[str, Any]:
@@ -39,7 +39,7 @@ def worker(processed: str, epochs: int, n_texts: int, steps: int) -> dict[str, A
     import numpy as np
     import torch
 
-    from bench.bow_training_speed import run_variant
+    from lab.bench.bow_training_speed import run_variant
     from xmc.config import load_params
     from xmc.data import load_processed
     from xmc.encoders.transformer import TransformerEncoder
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--texts", type=int, default=3000)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--processed", default="data/processed")
-    ap.add_argument("--out", default="bench/openmp_spin.json")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "openmp_spin.json"))
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:   # one line of JSON on stdout
@@ -87,7 +87,7 @@ def main() -> None:
     runs: dict[str, list[dict[str, Any]]] = {s: [] for s in spins}
     for r in range(a.rounds):
         for spin in spins:
-            cmd = [sys.executable, "-m", "bench.openmp_spin", "--worker", "--processed", a.processed,
+            cmd = [sys.executable, "-m", "lab.bench.openmp_spin", "--worker", "--processed", a.processed,
                    "--epochs", str(a.epochs), "--texts", str(a.texts), "--steps", str(a.steps)]
             p = subprocess.run(cmd, cwd=ROOT, env={**base_env, "GOMP_SPINCOUNT": spin}, capture_output=True, text=True)
             if p.returncode != 0:

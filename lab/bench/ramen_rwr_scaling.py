@@ -5,7 +5,7 @@ of growing size; times :func:`xmc.graph.rwr.augment_edges` (walks from every nod
 400 hops, restart 0.8) and, on a small sample of start nodes, a plain-Python walk over a networkx
 graph (the per-step cost a networkx implementation pays), extrapolated to the same walker count.
 
-    python -m bench.ramen_rwr_scaling [--sizes 100000 300000 1000000] [--walks 1 8] [--out FILE]
+    python -m lab.bench.ramen_rwr_scaling [--sizes 100000 300000 1000000] [--walks 1 8] [--out FILE]
 
 Not a test: run it on an idle machine (1 thread: XMC_THREADS=1 OMP_NUM_THREADS=1).
 """

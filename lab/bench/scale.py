@@ -1,14 +1,16 @@
 """The pipeline's cost curve against size: the default path on synthetic XMC data from 10^4 to 10^6 labels.
 
-For each size n (n training instances, n labels, n/10 test instances; ``bench.synthetic_xmc``: Zipf label
-frequencies, label texts, a label graph, document groups) a throw-away DVC workspace of this project is made with
-the *scale profile* of params (below) and its stages are run one by one in DVC's order (``dvc repro -s``), each
-timed, with the peak RSS of the stage's process tree (``os.wait4``). The methods: the label prior, TF-IDF
-zero-shot and kNN, one bag-of-words run of every trained family — DEXML with hard negatives refreshed every
-epoch, RAMEN with its graph stage, UniDEC, ASTRA with its ANN refresh — their predictions, evaluation, the
-report, and the ASTRA model package.
+For each size n (n training instances, n labels, n/10 test instances; ``lab.bench.synthetic_xmc``: Zipf label
+frequencies, label texts, a label graph, document groups) a throw-away DVC workspace of the product is made with
+the *scale profile* of params (below: its ``runs`` map, no hybrids, no linear peer) and the stages of the root
+dvc.yaml are run one by one in DVC's order (``dvc repro -s``), each timed, with the peak RSS of the stage's
+process tree (``os.wait4``). The runs: the label prior, TF-IDF zero-shot and kNN, one bag-of-words run of every
+trained family — DEXML with hard negatives refreshed every epoch, RAMEN with its graph stage, UniDEC, ASTRA with
+its ANN refresh — each through ``plan``, ``train@<run>`` and ``package@<run>`` (the package, its predictions and
+their evaluation), then the report.
 
-    python -m bench.scale [--sizes 1e4,1e5,1e6] [--epochs 1] [--out bench/scale.json] [--plot bench/scale.png]
+    python -m lab.bench.scale [--sizes 1e4,1e5,1e6] [--epochs 1] [--out lab/bench/scale.json]
+                              [--plot lab/bench/scale.png]
     make scale-bench
 
 Writes per size and stage: seconds and peak RSS; per stage the growth exponent (least-squares slope of
@@ -34,9 +36,10 @@ import yaml
 
 from xmc.io import stage_from_address
 
-ROOT = Path(__file__).resolve().parents[1]
-PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "pipelines", "params.yaml", ".dvcignore", ".gitignore", ".gto",
-                 "bench/seed_studies"]
+ROOT = Path(__file__).resolve().parents[2]   # the repository
+BENCH = Path(__file__).resolve().parent
+# the product (the lab is not copied: the workspaces run the root dvc.yaml only)
+PROJECT_FILES = ["xmc", "stages", "flows", "dvc.yaml", "params.yaml", ".dvcignore", ".gitignore", ".gto"]
 BOW = {"kind": "bow", "dim": 256, "n_buckets": 262144, "ngram_max": 2, "tied": True, "dropout": 0.0, "seed": 0}
 VALIDATION_DOCUMENTS = 1300
 METHODS = ["label_prior", "tfidf_zeroshot", "tfidf_knn", "dexml_bow", "ramen", "unidec", "astra"]
@@ -48,40 +51,38 @@ def bow_encoder(n_buckets: int | None = None) -> dict[str, Any]:
 
 
 def scale_params(epochs: int, auto_exact_max: int | None = None, n_buckets: int | None = None) -> dict[str, Any]:
-    """The scale profile: the default path's methods on their bag-of-words profile, ``epochs`` epochs each;
-    ``auto_exact_max``: where the prediction indexes switch from exact to IVF (default: params');
-    ``n_buckets``: the bag-of-words table's height (default: the profile's 262,144)."""
+    """The scale profile (dotted keys of params.yaml): the default path's runs on their bag-of-words profile,
+    ``epochs`` epochs each; ``auto_exact_max``: where the prediction indexes switch from exact to IVF (default:
+    params'); ``n_buckets``: the bag-of-words table's height (default: the profile's 262,144)."""
     bow = bow_encoder(n_buckets)
     train = {"epochs": epochs, "eval_every_epochs": 0, "max_steps_per_epoch": 0, "checkpoint_every_steps": 0}
     return {
-        "methods": METHODS, "reported": METHODS, "validated": METHODS,
-        # UniDEC's main space only: its DE-only and classifier-only spaces (two more indexes over L vectors and
-        # two more searches of every query) are selection candidates, which this profile does not run
-        "predictions": {"dexml_bow": "val tst", "ramen": "val tst", "astra": "val tst", "unidec": "val tst"},
-        "unidec_predictions": {},
         # mining indexes: exact up to index.auto_exact_max labels, IVF above (exact search is O(N·L) per refresh);
-        # one refresh per epoch (the transformer DEXML's extra refresh every 60 steps would be 65 at 10^6)
-        "runs": {"dexml_bow": {"encoder": bow, "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
-                                                              "shortlist_size": 100, "negatives_per_query": 2,
-                                                              "index_kind": "auto", "refresh_every_steps": 0},
-                               "train": {"batch_size": 256, "lr": 0.01, **train}}},
-        "hybrid.runs": {}, "hybrid.zero_shot_runs": [],
-        "astra.defaults.encoder": bow, "astra.defaults.train.epochs": epochs,
-        "astra.defaults.train.eval_every_epochs": 0, "astra.defaults.negatives.start_epoch": 0,
-        "astra.defaults.negatives.index_kind": "auto", "astra.runs": {"astra": {}},
-        "ramen.defaults.encoder": bow, "ramen.defaults.train.epochs": epochs,
-        "ramen.defaults.train.eval_every_epochs": 0, "ramen.defaults.pruning.warmup_epochs": 0,
+        # one refresh per epoch (the transformer DEXML's extra refresh every 60 steps would be 65 at 10^6).
+        # Exact TF-IDF scoring is quadratic in the data size (every query meets every item sharing a common term):
+        # postings capped per term (chosen on the synthetic 10^5 validation split: lab/bench/tfidf_pruning_*.json).
+        # UniDEC predicts in its main space only: its DE-only and classifier-only spaces (two more indexes over L
+        # vectors and two more searches of every query) are lab runs, which this profile does not run.
+        "runs": {
+            "label_prior": {"method": "label_prior"},
+            "tfidf_zeroshot": {"method": "tfidf_zeroshot", "max_postings_per_term": 300},
+            "tfidf_knn": {"method": "tfidf_knn", "max_postings_per_term": 300},
+            "dexml_bow": {"method": "dexml", "encoder": bow,
+                          "negatives": {"kind": "hard", "start_epoch": 0, "refresh_every_epochs": 1,
+                                        "shortlist_size": 100, "negatives_per_query": 2, "index_kind": "auto",
+                                        "refresh_every_steps": 0},
+                          "train": {"batch_size": 256, "lr": 0.01, **train}},
+            "ramen": {"method": "ramen", "encoder": bow, "train": {"epochs": epochs, "eval_every_epochs": 0},
+                      "pruning": {"warmup_epochs": 0}, "negatives": {"index_kind": "auto"}},
+            "unidec": {"method": "unidec", "encoder": bow, "train": {"epochs": epochs, "eval_every_epochs": 0},
+                       "psl": {"index_kind": "auto"}},
+            "astra": {"method": "astra", "encoder": bow, "train": {"epochs": epochs, "eval_every_epochs": 0},
+                      "negatives": {"start_epoch": 0, "index_kind": "auto"}},
+        },
+        "hybrids": {}, "xr_linear": {},
         # the synthetic label graph is not WordNet: RAMEN regularises with the document (co-occurrence) set
-        "ramen.graph.wordnet.enabled": False, "ramen.defaults.negatives.index_kind": "auto", "ramen.runs": {"ramen": {}},
-        "unidec.defaults.encoder": bow, "unidec.defaults.train.epochs": epochs,
-        "unidec.defaults.train.eval_every_epochs": 0, "unidec.defaults.psl.index_kind": "auto",
-        "unidec.runs": {"unidec": {}},
-        # exact TF-IDF scoring is quadratic in the data size (every query meets every item sharing a common term):
-        # postings capped per term (chosen on the synthetic 10^5 validation split: bench/tfidf_pruning_*.json)
-        "tfidf_zeroshot.max_postings_per_term": 300, "tfidf_knn.max_postings_per_term": 300,
-        "maclr.runs": {}, "maclr.fewshot.runs": {}, "packages": ["astra"], "registry.promote": [],
-        "report.paired": [], "report.paired_ablations": [], "report.seeds": {}, "seed_runs": [], "ablations": [],
-        "selection.choices": {},
+        "graph.wordnet.enabled": False,
+        "registry.promote": [], "report.paired": [], "report.training_families": {},
         # the validation split (10 % of the training documents) predicted and evaluated in full up to ~10^4
         # queries: 1,300 documents keep all of it at 10^4 and 10^5 (125 and 1,255 documents) and about 10^4 of
         # its 10^5 instances at 10^6, where every validation query costs a scan of 10^6 label vectors
@@ -113,11 +114,17 @@ def make_workspace(dest: Path, dataset_dir: Path, overrides: dict[str, Any], ref
             shutil.copy2(src, dest / name)
     params = yaml.safe_load((dest / "params.yaml").read_text())
     _set(params, "data.dataset_dir", str(dataset_dir.resolve()))
-    _set(params, "data.subsample", {"trn": 0, "tst": 0, "unit": "documents", "labels": "all"})
+    _set(params, "data.subsample", {"trn": 0, "tst": 0, "val": 0, "unit": "documents", "labels": "all"})
     for k, v in overrides.items():
         _set(params, k, v)
     (dest / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    setup = [] if refresh else [["git", "init", "-q"], ["dvc", "init", "-q"], ["dvc", "config", "core.analytics", "false"]]
+    from xmc.config import load_params
+
+    load_params(dest / "params.yaml")   # a profile key the schema does not know fails here, not in a stage
+    setup = [] if refresh else [["git", "init", "-q"], ["dvc", "init", "-q"],
+                                ["dvc", "config", "core.analytics", "false"],
+                                # as the Makefile sets it: a model's files linked from the cache, not copied
+                                ["dvc", "config", "--local", "cache.type", "hardlink,symlink,copy"]]
     for cmd in (*setup, ["git", "add", "-A"], ["git", "commit", "-qm", "scale workspace", "--allow-empty"]):
         subprocess.run(cmd, cwd=dest, env=_env(), check=True, capture_output=True)
     return dest
@@ -133,8 +140,8 @@ def _env() -> dict[str, str]:
     return e
 
 
-# A target is a DVC address (``dvc.yaml:report``, ``pipelines/package/dvc.yaml``) or a stage name or group of any
-# pipeline file (``report``, ``package``, ``evaluate@astra``); the order lists DVC addresses.
+# A target is a DVC address (``dvc.yaml:report``) or a stage name or group of the pipeline (``report``, ``package``,
+# ``package@astra``); the order lists DVC addresses.
 _ORDER = """
 import json, sys
 import networkx as nx
@@ -267,7 +274,7 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
     workspace (made with ``--keep``) with the code it was made with: stages with a successful row are not run again,
     the others are forced (a half-run stage may have left outputs that DVC would take as done). ``collect``: run
     nothing, report the recorded rows of a kept workspace (a run still going or interrupted is not ``completed``)."""
-    from bench.synthetic_xmc import generate
+    from lab.bench.synthetic_xmc import generate
 
     data, repo = work / f"data_{n}", work / f"repo_{n}"
     rows_file, meta_file = _rows_file(work, n), _meta_file(work, n)
@@ -362,11 +369,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--replot", action="store_true", help="redraw --plot from --out without running anything")
     ap.add_argument("--sizes", default="1e4,1e5,1e6")
     ap.add_argument("--epochs", type=int, default=1)
-    ap.add_argument("--work", default=str(ROOT / "bench" / ".scale"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "scale.json"))
-    ap.add_argument("--plot", default=str(ROOT / "bench" / "scale.png"))
+    ap.add_argument("--work", default=str(BENCH / ".scale"))
+    ap.add_argument("--out", default=str(BENCH / "scale.json"))
+    ap.add_argument("--plot", default=str(BENCH / "scale.png"))
     ap.add_argument("--stage-timeout", type=float, default=3 * 3600)
-    ap.add_argument("--targets", default="report,package")
+    ap.add_argument("--targets", default="report", help="the stages run, with everything they depend on")
     ap.add_argument("--auto-exact-max", type=int, default=None,
                     help="labels above which the prediction indexes are IVF (default: params' index.auto_exact_max)")
     ap.add_argument("--bow-buckets", type=int, default=None,

@@ -8,7 +8,12 @@ index, and (d) a dynamically int8-quantised copy of the query encoder, with the 
 top-10 is identical to the float model's (the package keeps float weights unless that share is 1.0 and
 it is faster).
 
-    python -m bench.serve_latency [--packages packages/astra packages/dexml] [--n 300] [--out bench/serve_latency.json]
+    python -m lab.bench.serve_latency [--packages packages/astra packages/dexml_bow packages/minilm_zeroshot] \\
+        [--n 300] [--out lab/bench/serve_latency.json]
+
+The packages are the product's (``make run``): two bag-of-words ones and the off-the-shelf MiniLM, the transformer
+package of the product (the lab's MiniLM-trained ``dexml`` keeps no package; ``xmc train --method dexml`` with a
+transformer encoder makes one).
 
 Not a test: run it on an idle machine (the figures in the committed JSON are from the 2-core CPU box).
 """
@@ -138,7 +143,7 @@ def main() -> None:
     set_offline_env()
     os.environ.setdefault("TQDM_DISABLE", "1")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--packages", nargs="+", default=["packages/astra", "packages/dexml"])
+    ap.add_argument("--packages", nargs="+", default=["packages/astra", "packages/dexml_bow", "packages/minilm_zeroshot"])
     ap.add_argument("--processed", default="data/processed")
     ap.add_argument("--n", type=int, default=300, help="test texts timed (batch 1), and at batch 64")
     ap.add_argument("--no-http", action="store_true")

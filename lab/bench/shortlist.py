@@ -5,9 +5,10 @@ Per setting: seconds per 1,000 validation texts (shortlist and re-rank), recall@
 P@5 / PSP@5 / R@100, and the paired bootstrap of P@5 against exact search and against the first setting listed.
 Validation texts only; the library's own code (:class:`xmc.package.predictors.ShortlistPredictor`'s parts).
 
-    python -m bench.shortlist --workspace bench/.scale/repo_100000 --run dexml_bow --out bench/shortlist_1e5_dexml_bow.json
+    python -m lab.bench.shortlist --workspace lab/bench/.scale/repo_100000 --run dexml_bow \\
+        --out lab/bench/shortlist_1e5_dexml_bow.json
 
-Any workspace with a dense predictor in ``indexes/<run>`` and the tfidf stage's ``data/tfidf`` works.
+Any workspace with a dense package in ``packages/<run>`` and the tfidf stage's ``data/tfidf`` works.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import numpy as np
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workspace", default="bench/.scale/repo_100000")
+    ap.add_argument("--workspace", default="lab/bench/.scale/repo_100000")
     ap.add_argument("--run", default="dexml_bow")
     ap.add_argument("--settings", default="200:1000,100:1000,500:1000,1000:1000,200:0",
                     help="shortlist_k:max_postings_per_term pairs; the first is the reference of the paired tests")
@@ -31,7 +32,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
-    from bench.workspace import load_dense_run
+    from lab.bench.workspace import load_dense_run
 
     ws, _, ds, predictor = load_dense_run(args.workspace, args.run, args.threads)
     import faiss

@@ -5,25 +5,27 @@ encoder's L2-normalised embedding. Here the encoder is one of our bag-of-words r
 question is whether its embedding adds to what the linear model already reads in the TF-IDF, on the validation
 split. Two ways to embed the training sentences:
 
-* ``in_sample``: the run's trained encoder (``models/<run>``), as the recipe does. That encoder was fit on these
+* ``in_sample``: the run's trained encoder (``models/<run>``, the product's), as the recipe does. That encoder was fit on these
   very sentences, so their embeddings separate their labels better than a new sentence's will, and the linear model
   learns to lean on them;
 * ``cross_fitted``: the training split cut into ``--folds`` folds by document group; each fold embedded by the
-  run retrained (the ``train@`` stage's library call, the run's own settings) on the other folds, so every training
+  run retrained (the ``train@`` stage's method, the run's own settings) on the other folds, so every training
   embedding comes from an encoder that did not see its sentence, as the validation sentences' do (those are
   embedded by ``models/<run>``).
 
-For each way and each weight β of the dense block (β = 0 is the plain peer) XR-Linear is trained with
-``params.yaml: xr_linear.defaults`` and ranks the validation split; the JSON has P@1 / P@5 / PSP@5 / R@100 and
-the paired bootstrap of each cell against β = 0. The test split is not read.
+For each way and each weight β of the dense block (β = 0 is the plain peer) XR-Linear is trained with the
+product's linear-peer settings (``params.yaml: xr_linear.xr_linear``) and ranks the validation split; the JSON has
+P@1 / P@5 / PSP@5 / R@100 and the paired bootstrap of each cell against β = 0 (the selection's metric and alpha,
+``lab/params.yaml: selection``). The test split is not read.
 
 Two steps in two environments (libpecos needs numpy < 2, the encoders torch)::
 
-    python -m bench.sparse_dense_ranker embed [--run astra] [--folds 5] [--work bench/.sparse_dense]
-    .venv-pecos/bin/python -m bench.sparse_dense_ranker rank [--run astra] [--weights 0,0.25,0.5,1] \\
-        [--work bench/.sparse_dense] [--out bench/sparse_dense_ranker.json]
+    python -m lab.bench.sparse_dense_ranker embed [--run astra] [--folds 5] [--work lab/bench/.sparse_dense]
+    .venv-pecos/bin/python -m lab.bench.sparse_dense_ranker rank [--run astra] [--weights 0,0.25,0.5,1] \\
+        [--work lab/bench/.sparse_dense] [--out lab/bench/sparse_dense_ranker.json]
 
-Run from a workspace with the run's model and the ``tfidf`` stage's outputs. Not a test.
+Run from the repository root after ``make run`` (the run's model in ``models/<run>``, the ``tfidf`` stage's
+outputs). Not a test.
 """
 
 from __future__ import annotations
@@ -63,23 +65,32 @@ def _encoder_dir(model_dir: Path) -> Path:
 def embed(params: dict[str, Any], run: str, folds: int, work: Path) -> Path:
     """The run's query embeddings of the training split (in sample and cross-fitted) and of the validation split
     -> ``work/<run>.npz``."""
+    from lab.bench.seed_study import all_runs
     from xmc.data import load_processed
     from xmc.data.dataset import Split, XMCDataset
     from xmc.encoders import load_encoder
     from xmc.io import atomic_file
-    from xmc.methods.base import RunContext, load_method, set_threads
+    from xmc.machine import set_threads
+    from xmc.methods import get_method
+    from xmc.methods.base import RunContext
+    from xmc.workspace import Workspace
 
     set_threads()
-    ds = load_processed(params["data"]["processed_dir"], splits=("trn", "val"))
+    ws = Workspace()
+    ds = load_processed(ws.processed, splits=("trn", "val"))
     trn = ds.trn
-    model_dir = Path("models") / run
+    model_dir = ws.model(run)
     if not model_dir.is_dir():
-        raise SystemExit(f"{model_dir}: model folder not found (dvc repro train_astra@{run}, or the run's stage)")
+        raise SystemExit(f"{model_dir}: model folder not found (dvc repro train@{run})")
     full = load_encoder(_encoder_dir(model_dir))
     in_sample = full.encode(list(trn.texts), "query")
     val = full.encode(list(ds.val.texts), "query")
     fold = group_folds(list(trn.groups) if trn.groups is not None else [None] * len(trn), folds)
-    spec, method = load_method(params, run)
+    _, specs = all_runs()
+    if run not in specs:
+        raise SystemExit(f"--run {run}: not a run of params.yaml or lab/params.yaml")
+    spec = specs[run]
+    method = get_method(spec.method)
     cross = np.zeros_like(in_sample)
     fold_seconds = []
     for k in range(folds):
@@ -91,7 +102,7 @@ def embed(params: dict[str, Any], run: str, folds: int, work: Path) -> Path:
         with tempfile.TemporaryDirectory(prefix="xmc-sparse-dense-") as tmp:
             root = Path(tmp)
             (root / "model").mkdir()
-            ctx = RunContext(params, spec, root / "model", root / "checkpoints", root / "plots", None)
+            ctx = RunContext(params, spec, root / "model", root / "checkpoints", root / "plots", None, ws)
             summary = method.train(ctx, fold_ds)
             cross[held] = load_encoder(_encoder_dir(root / "model")).encode([trn.texts[i] for i in held], "query")
         fold_seconds.append(summary["train_seconds"])
@@ -110,15 +121,16 @@ def rank(params: dict[str, Any], run: str, weights: list[float], work: Path) -> 
     β = 0."""
     import scipy.sparse as sp
 
-    from bench.xr_linear_grid import METRICS, ranking_settings, train_and_rank, validation_data
+    from lab.bench.xr_linear_grid import (METRICS, linear_settings, ranking_settings, selection_rule, train_and_rank,
+                                          validation_data)
     from xmc.metrics.bootstrap import paired_bootstrap, verdict
 
     E = np.load(work / f"{run}.npz")
     data = validation_data(params)
     if E["val"].shape[0] != data["Xv"].shape[0] or E["in_sample"].shape[0] != data["X"].shape[0]:
         raise SystemExit(f"{work / (run + '.npz')}: its rows do not match the processed splits (rerun embed)")
-    cfg, ev = params["xr_linear"]["defaults"], ranking_settings(params)
-    boot, sel = params["evaluate"]["bootstrap"], params["selection"]
+    cfg, ev = linear_settings(params), ranking_settings(params)
+    boot, sel = params["evaluate"]["bootstrap"], selection_rule()
 
     def with_dense(X: Any, D: np.ndarray, beta: float) -> Any:
         return sp.hstack([X, sp.csr_matrix(beta * D.astype(np.float32))], format="csr")
@@ -150,8 +162,9 @@ def main() -> None:
     ap.add_argument("--run", default="astra", help="a trained bag-of-words run whose encoder gives the dense block")
     ap.add_argument("--folds", type=int, default=5, help="cross-fitting folds (embed)")
     ap.add_argument("--weights", default="0,0.25,0.5,1", help="weights β of the dense block (rank)")
-    ap.add_argument("--work", default="bench/.sparse_dense", help="where embed writes and rank reads the embeddings")
-    ap.add_argument("--out", default="bench/sparse_dense_ranker.json")
+    ap.add_argument("--work", default="lab/bench/.sparse_dense",
+                    help="where embed writes and rank reads the embeddings")
+    ap.add_argument("--out", default="lab/bench/sparse_dense_ranker.json")
     args = ap.parse_args()
     params = load_params()
     t0 = time.perf_counter()
@@ -159,8 +172,8 @@ def main() -> None:
         print(f"wrote {embed(params, args.run, args.folds, Path(args.work))} in {time.perf_counter() - t0:.0f} s")
         return
     out = {"what": f"XR-Linear on TF-IDF ⊕ β · the {args.run} encoder's query embedding, validation split",
-           "command": f"python -m bench.sparse_dense_ranker embed --run {args.run}; .venv-pecos/bin/python -m "
-                      f"bench.sparse_dense_ranker rank --run {args.run} --weights {args.weights}",
+           "command": f"python -m lab.bench.sparse_dense_ranker embed --run {args.run}; .venv-pecos/bin/python -m "
+                      f"lab.bench.sparse_dense_ranker rank --run {args.run} --weights {args.weights}",
            "run": args.run,
            "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                        "python": platform.python_version()},

@@ -17,7 +17,7 @@ What it writes (the XC repository raw layout of ``xmc/data/formats.py``, file fo
                                super-cluster hypernym tree                        (graph.build.wordnet_label_set)
     graph/taxonomy_anchors.jsonl, graph/taxonomy_label_edges.tsv
                                the same tree as a RAMEN anchor set (label -> cluster and super-cluster
-                               anchors), for ``ramen.graph.source_dir``           (graph.format.load_graph_dir)
+                               anchors), for ``graph.source_dir``                 (graph.format.load_graph_dir)
     stats.json                 counts, labels per instance, label-frequency quantiles, generation seconds
 
 The generative model, all of it vectorised numpy:
@@ -44,12 +44,12 @@ byte-identical files (except stats.json's ``generation_seconds``), on any machin
 Rows are generated in fixed-size chunks, each from its own seeded stream, and streamed to disk, so memory
 stays under 1 GB for 10^6 x 10^6 (about 15 s on one core) and the bytes do not depend on how writes are cut.
 
-RAMEN's graph stage on this data: with ``ramen.graph.source_dir: null`` it derives the ``document`` set from
+RAMEN's graph stage on this data: with ``graph.source_dir: null`` it derives the ``document`` set from
 the document groups; its ``wordnet`` builder reads label_graph.tsv + lbl.jsonl but keeps only WordNet synsets,
-so it finds no anchor here and skips the set with one warning (``ramen.graph.wordnet.enabled=false`` says so
-up front). ``ramen.graph.source_dir: <out>/graph`` loads the ``taxonomy`` label set instead.
+so it finds no anchor here and skips the set with one warning (``graph.wordnet.enabled=false`` says so
+up front). ``graph.source_dir: <out>/graph`` loads the ``taxonomy`` label set instead.
 
-    python -m bench.synthetic_xmc --out DIR --n-train N --n-labels L [--n-test M] [--seed S] [--no-label-graph]
+    python -m lab.bench.synthetic_xmc --out DIR --n-train N --n-labels L [--n-test M] [--seed S] [--no-label-graph]
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-log = logging.getLogger("bench.synthetic_xmc")
+log = logging.getLogger("lab.bench.synthetic_xmc")
 
 # --- the model's constants (changing one changes every generated file) --------------------------------------
 LABEL_ZIPF = 1.0            # label popularity ~ 1 / (rank + LABEL_OFFSET) ** LABEL_ZIPF (Zipf-Mandelbrot):
@@ -427,7 +427,7 @@ def generate(out_dir: str | Path, n_train: int, n_labels: int, n_test: int | Non
         log.info("tst written (%.1f s)", time.perf_counter() - t0)
         f_trn, f_tst = trn["label_freq"], tst["label_freq"]
         stats: dict[str, Any] = {
-            "generator": "bench.synthetic_xmc",
+            "generator": "lab.bench.synthetic_xmc",
             "arguments": {"n_train": n_train, "n_labels": n_labels, "n_test": n_test, "seed": seed,
                           "label_graph": label_graph},
             "model": {"label_zipf": LABEL_ZIPF, "label_offset": LABEL_OFFSET, "word_zipf": WORD_ZIPF,

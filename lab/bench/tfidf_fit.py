@@ -6,11 +6,11 @@ index) tuples and its pruning loop over every term), and the vocabulary written 
 sort_keys=True)``. Ours is ``xmc.baselines.fit_tfidf`` + ``TfidfFeatures.save``. The two alternate ``--repeats``
 times; fit and save are timed apart, and the files each writes are compared byte for byte (they must be equal).
 
-    python -m bench.tfidf_fit [--processed data/processed] [--params params.yaml] [--repeats 3]
-                              [--out bench/tfidf_fit.json]
+    python -m lab.bench.tfidf_fit [--processed data/processed] [--params params.yaml] [--repeats 3]
+                                  [--out lab/bench/tfidf_fit.json]
 
-``--processed``/``--params`` may point at a scale workspace (``bench/.scale/repo_<n>``, kept by
-``python -m bench.scale --keep``) for the synthetic data at 10^5 or 10^6. ``--merge`` adds the result to ``--out``
+``--processed``/``--params`` may point at a scale workspace (``lab/bench/.scale/repo_<n>``, kept by
+``python -m lab.bench.scale --keep``) for the synthetic data at 10^5 or 10^6. ``--merge`` adds the result to ``--out``
 under the data's name instead of replacing the file. Not a test.
 """
 
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
 
 
 def stock_fit_and_save(trn: list[str], val: list[str], lbl: list[str], params: dict[str, Any], out: Path) -> tuple[float, float, int]:
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--name", default=None, help="the data's name in the JSON (default: the processed folder's parent)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "tfidf_fit.json"))
+    ap.add_argument("--out", default=str(BENCH / "tfidf_fit.json"))
     ap.add_argument("--merge", action="store_true")
     a = ap.parse_args(argv)
 

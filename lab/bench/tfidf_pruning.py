@@ -7,8 +7,8 @@ benchmark measured 13.6 s at 10^5 and 540 s at 10^6 for zero-shot). Capping each
 highest-weighted items (``xmc.sparse_topk.prune_postings``) bounds a query's work; this script shows what it costs
 in P@1, P@5 and R@100 on the validation split (never the test split) of a DVC workspace whose ``tfidf`` stage ran.
 
-    python -m bench.tfidf_pruning --repo WORKSPACE [--caps 0,300,1000,3000,10000] [--queries 10000]
-        [--out bench/tfidf_pruning.json]
+    python -m lab.bench.tfidf_pruning --repo WORKSPACE [--caps 0,300,1000,3000,10000] [--queries 10000]
+        [--out lab/bench/tfidf_pruning.json]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+BENCH = Path(__file__).resolve().parent
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--repo", required=True, help="a workspace whose ingest and tfidf stages ran")
     ap.add_argument("--caps", default="0,300,1000,3000,10000")
     ap.add_argument("--queries", type=int, default=10000)
-    ap.add_argument("--out", default=str(ROOT / "bench" / "tfidf_pruning.json"))
+    ap.add_argument("--out", default=str(BENCH / "tfidf_pruning.json"))
     a = ap.parse_args(argv)
 
     from xmc.baselines.tfidf import knn_label_voting, tfidf_zero_shot

@@ -6,7 +6,7 @@ in-batch negatives is MNRL's objective), in one process, timed over the same num
 after a warm-up. Also times one hard-negative refresh on the full label set (encode every
 label and every training query, exact search, positives removed).
 
-    python -m bench.trainer_throughput [--steps 30] [--batch-size 64] [--processed data/processed]
+    python -m lab.bench.trainer_throughput [--steps 30] [--batch-size 64] [--processed data/processed]
 
 Prints pairs/second of each and the ratio. Not a test: run it on an idle machine.
 """

@@ -18,8 +18,8 @@ peak measured in the same process; a training step counted as three forwards):
   and 128 label texts in one pass (max length 32, train mode, dropout on);
 * ``maclr_query_step``: ``--steps`` forward and backward passes of 64 sentences at MACLR's query length (64).
 
-    python -m bench.transformer_padding [--processed data/processed] [--labels 4096] [--steps 8] [--repeats 3]
-        [--out bench/transformer_padding.json]
+    python -m lab.bench.transformer_padding [--processed data/processed] [--labels 4096] [--steps 8] [--repeats 3]
+        [--out lab/bench/transformer_padding.json]
 
 Not a test: run it on an idle machine.
 """
@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--labels", type=int, default=4096)
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--out", default="bench/transformer_padding.json")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "transformer_padding.json"))
     args = ap.parse_args(argv)
 
     from xmc.config import set_offline_env
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     set_offline_env()
     import torch
 
-    from bench.bow_training_speed import machine_peaks
+    from lab.bench.bow_training_speed import machine_peaks
     from xmc.encoders.transformer import TransformerEncoder
 
     peaks = machine_peaks()

@@ -14,8 +14,8 @@ the same kind in both, the growth is the training-time working set: activations,
 optimiser state). Time per epoch = mean step time x steps per epoch (+ UniDEC's shortlist and
 clustering refresh, amortised over its refresh period τ).
 
-    python -m bench.unidec_memory [--steps 8] [--encoder bow|transformer] [--batch-size 256] [--beta 3] [--eta 6]
-                                  [--tau 5] [--shortlist 0] [--out f.json]
+    python -m lab.bench.unidec_memory [--steps 8] [--encoder bow|transformer] [--batch-size 256] [--beta 3]
+                                      [--eta 6] [--tau 5] [--shortlist 0] [--out f.json]
 
 Prints both modes and the ratios DEXML-all / UniDEC. Not a test: run it on an idle machine.
 """
@@ -149,7 +149,8 @@ def main() -> None:
         return
     results = {}
     for mode in ("unidec", "dexml_all"):
-        cmd = [sys.executable, "-m", "bench.unidec_memory", "--child", mode, "--work-dir", f"{a.work_dir}/{mode}"]
+        cmd = [sys.executable, "-m", "lab.bench.unidec_memory", "--child", mode,
+               "--work-dir", f"{a.work_dir}/{mode}"]
         for opt in ("steps", "warmup", "batch_size", "encoder", "label_chunk", "beta", "eta", "tau", "shortlist",
                     "processed"):
             cmd += [f"--{opt.replace('_', '-')}", str(getattr(a, opt))]

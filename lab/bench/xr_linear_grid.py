@@ -2,20 +2,21 @@
 cell against PECOS's own defaults over several tree seeds.
 
 The peer the methods are compared with should be as good as its own knobs allow on this data, chosen without the
-test split. This trains PECOS XR-Linear (``xmc.peers.xr_linear``, the functions the ``train_xr_linear@`` and
-``predict_xr_linear@`` stages call) on the training split's TF-IDF rows for every (C, nr_splits) of the grid, with
-``Cp = Cn = C`` and every other setting from ``params.yaml: xr_linear.defaults``, and ranks the validation split.
+test split. This trains PECOS XR-Linear (``xmc.peers.xr_linear``, the functions the ``xr_linear@<run>`` stage
+calls) on the training split's TF-IDF rows for every (C, nr_splits) of the grid, with ``Cp = Cn = C`` and every other
+setting from the product's run (``params.yaml: xr_linear.xr_linear``, ``--run``), and ranks the validation split.
 
 1. The grid, tree seed 0: each cell's P@1 / P@5 / PSP@5 / R@100 and its paired bootstrap against the reference
-   cell (PECOS's defaults, C = 1 and 16 children per node) on the selection metric.
+   cell (PECOS's defaults, C = 1 and 16 children per node) on the selection metric (``lab/params.yaml:
+   selection``).
 2. The best cell on the selection metric and the reference, each trained from tree seeds 0..``--seeds``-1 (the
    k-means label tree is what a seed changes): per metric the mean of the per-seed differences, its 95 %
    t-interval and the paired t-test's p (``xmc.metrics.bootstrap.paired_over_seeds``).
 
 Run it in the PECOS environment from a workspace with the ``tfidf`` stage's outputs; the test split is not read::
 
-    .venv-pecos/bin/python -m bench.xr_linear_grid [--costs 1,2,4,8,16] [--splits 16,64,256] [--seeds 5] \\
-        [--out bench/xr_linear_grid.json]
+    .venv-pecos/bin/python -m lab.bench.xr_linear_grid [--costs 1,2,4,8,16] [--splits 16,64,256] [--seeds 5] \\
+        [--out lab/bench/xr_linear_grid.json]
 
 Not a test.
 """
@@ -33,17 +34,38 @@ from typing import Any
 METRICS = ("P@1", "P@5", "PSP@5", "R@100")
 
 
-def validation_data(params: dict[str, Any]) -> dict[str, Any]:
-    """The training split's TF-IDF rows and labels, and the validation split's (the ``tfidf`` stage's vectoriser)."""
+def linear_settings(params: dict[str, Any], run: str = "xr_linear") -> dict[str, Any]:
+    """The settings of the product's linear-peer run ``run`` (``params.yaml: xr_linear.<run>``), every knob filled."""
+    from xmc.config.schema import XrLinearRunConfig, filled
+
+    runs = params.get("xr_linear") or {}
+    if run not in runs:
+        raise SystemExit(f"params.yaml: {run!r} is not under xr_linear (have: {', '.join(runs) or 'none'})")
+    return filled(XrLinearRunConfig, runs[run], f"xr_linear.{run}")
+
+
+def selection_rule() -> dict[str, Any]:
+    """The selection's metric and alpha (``lab/params.yaml: selection``)."""
+    from lab.config import load_lab
+
+    sel = load_lab()["lab"]["selection"]
+    return {"metric": sel["metric"], "alpha": sel["alpha"]}
+
+
+def validation_data(params: dict[str, Any], ws: Any = None) -> dict[str, Any]:
+    """The training split's TF-IDF rows and labels, and the validation split's (the ``tfidf`` stage's vectoriser),
+    of the workspace ``ws`` (default: the product's, the working directory)."""
     import numpy as np
     import scipy.sparse as sp
 
     from xmc.baselines import TfidfFeatures
     from xmc.data import load_processed
+    from xmc.workspace import Workspace
 
-    ds = load_processed(params["data"]["processed_dir"], splits=("trn", "val"))
-    X = sp.load_npz("data/tfidf/X_trn.npz").tocsr().astype(np.float32)
-    Xv = TfidfFeatures.load("data/tfidf").transform(ds.val.texts).tocsr().astype(np.float32)
+    ws = ws or Workspace()
+    ds = load_processed(ws.processed, splits=("trn", "val"))
+    X = sp.load_npz(ws.tfidf / "X_trn.npz").tocsr().astype(np.float32)
+    Xv = TfidfFeatures.load(ws.tfidf).transform(ds.val.texts).tocsr().astype(np.float32)
     Ytrn = ds.trn.Y.tocsr()
     return {"X": X, "Y": Ytrn, "Xv": Xv, "Yv": ds.val.Y.tocsr(), "freq": np.asarray(Ytrn.sum(0)).ravel(),
             "n_train": Ytrn.shape[0]}
@@ -91,11 +113,12 @@ def main() -> None:
     ap.add_argument("--costs", default="1,2,4,8,16", help="values of C (Cp = Cn = C)")
     ap.add_argument("--splits", default="16,64,256", help="values of nr_splits (children per tree node)")
     ap.add_argument("--reference", default="1,16", help="C,nr_splits of the reference cell (PECOS's defaults)")
-    args = parse_seed_args(ap, "tree seeds for the best cell against the reference", "bench/xr_linear_grid.json")
+    ap.add_argument("--run", default="xr_linear", help="the product's linear-peer run whose settings the grid varies")
+    args = parse_seed_args(ap, "tree seeds for the best cell against the reference", "lab/bench/xr_linear_grid.json")
 
     params = load_params()
-    base = params["xr_linear"]["defaults"]
-    sel = params["selection"]
+    base = linear_settings(params, args.run)
+    sel = selection_rule()
     ev = ranking_settings(params)
     boot = params["evaluate"]["bootstrap"]
     costs = [float(c) for c in args.costs.split(",")]
@@ -132,7 +155,7 @@ def main() -> None:
 
     out = {"what": "XR-Linear on the validation split: a grid over C (Cp = Cn) and nr_splits on tree seed 0, then "
                    "the best cell on the selection metric against the reference over tree seeds",
-           "command": "python -m bench.xr_linear_grid " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in
+           "command": "python -m lab.bench.xr_linear_grid " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in
                                                                    vars(args).items()),
            "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                        "python": platform.python_version()},

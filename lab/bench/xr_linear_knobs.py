@@ -1,21 +1,21 @@
-"""XR-Linear's other knobs on the validation split: each variant of ``params.yaml: xr_linear.defaults`` against the
-defaults themselves, over several tree seeds.
+"""XR-Linear's other knobs on the validation split: each variant of the product's linear-peer run (``params.yaml:
+xr_linear.xr_linear``, its "defaults" here) against those settings themselves, over several tree seeds.
 
-``bench/xr_linear_grid.py`` chose the cost and the tree width. A one-seed sweep of the other knobs left two that
+``lab/bench/xr_linear_grid.py`` chose the cost and the tree width. A one-seed sweep of the other knobs left two that
 moved P@5 by about as much as the tree seed does (leaves of 200 labels, PII label features), so a decision needs
 the seed variation: every variant and the defaults are trained from tree seeds 0..``--seeds``-1 with the functions
-the ``train_xr_linear@`` stages call, and per metric the mean of the per-seed differences (variant − defaults), its
+the ``xr_linear@`` stages call, and per metric the mean of the per-seed differences (variant − defaults), its
 95 % t-interval and the paired t-test's p are reported (``xmc.metrics.bootstrap.paired_over_seeds``).
 
-The output is a seed study (``bench/seed_studies/``, the format of ``bench.seed_study``: split, validation
-fingerprint, per-seed figures of every side), so a ``params.yaml: selection`` choice can name it and the
+The output is a seed study (``lab/seed_studies/``, the format of ``lab.bench.seed_study``: split, validation
+fingerprint, per-seed figures of every side), so a ``lab/params.yaml: selection`` choice can name it and the lab's
 ``selection`` stage decides that choice by its rule over seeds: the side with the best mean selection metric
 replaces the reference only if the paired t-test gives p < ``selection.alpha``.
 
 Run it in the PECOS environment from a workspace with the ``tfidf`` stage's outputs; the test split is not read::
 
-    .venv-pecos/bin/python -m bench.xr_linear_knobs --variant leaves200:max_leaf_size=200 \\
-        --variant pii:label_embedding=pii [--seeds 5] [--out bench/seed_studies/xr_linear_label_tree.json]
+    .venv-pecos/bin/python -m lab.bench.xr_linear_knobs --variant leaves200:max_leaf_size=200 \\
+        --variant pii:label_embedding=pii [--seeds 5] [--out lab/seed_studies/xr_linear_label_tree.json]
 
 Not a test.
 """
@@ -31,8 +31,9 @@ from typing import Any
 
 import yaml
 
-from bench.seed_study import compare_over_seeds
-from bench.xr_linear_grid import METRICS, parse_seed_args, ranking_settings, train_and_rank, validation_data
+from lab.bench.seed_study import compare_over_seeds
+from lab.bench.xr_linear_grid import (METRICS, linear_settings, parse_seed_args, ranking_settings, selection_rule,
+                                      train_and_rank, validation_data)
 
 
 def parse_variant(text: str, defaults: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -51,7 +52,7 @@ def parse_variant(text: str, defaults: dict[str, Any]) -> tuple[str, dict[str, A
         if not sep or not key:
             raise SystemExit(f"error: --variant {text!r}: expected key=value[,key=value]")
         if key not in defaults:
-            raise SystemExit(f"error: --variant {text!r}: {key!r} is not a knob of xr_linear.defaults "
+            raise SystemExit(f"error: --variant {text!r}: {key!r} is not a knob of the xr_linear run "
                              f"({', '.join(sorted(defaults))})")
         out[key] = yaml.safe_load(value)
     return name, out
@@ -63,13 +64,14 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--variant", action="append", required=True,
-                    help="a side: [name:]key=value[,key=value] overriding xr_linear.defaults; repeat for several")
+                    help="a side: [name:]key=value[,key=value] overriding the run's settings; repeat for several")
+    ap.add_argument("--run", default="xr_linear", help="the product's linear-peer run (params.yaml xr_linear)")
     args = parse_seed_args(ap, "tree seeds 0..N-1 for every variant and the defaults",
-                           "bench/seed_studies/xr_linear_label_tree.json")
+                           "lab/seed_studies/xr_linear_label_tree.json")
 
     params = load_params()
-    base = params["xr_linear"]["defaults"]
-    sel = params["selection"]
+    base = linear_settings(params, args.run)
+    sel = selection_rule()
     metric = sel["metric"]
     ev = ranking_settings(params)
     variants = dict(parse_variant(v, base) for v in args.variant)
@@ -101,11 +103,11 @@ def main() -> None:
               + "; ".join(f"{m} {diffs[m]['diff']:+.2f} [{diffs[m]['ci95'][0]:.2f}, {diffs[m]['ci95'][1]:.2f}] "
                           f"p {diffs[m]['p_value']:.3f}" for m in METRICS), flush=True)
 
-    out = {"what": "XR-Linear on the validation split: variants of xr_linear.defaults against the defaults, each "
+    out = {"what": "XR-Linear on the validation split: variants of the xr_linear run against its settings, each "
                    "trained from the same tree seeds; differences are variant − defaults over seeds",
            "run": "xr_linear", "split": "val", "n_sentences": int(data["Yv"].shape[0]),
            "val_fingerprint": split_fingerprint(data["Yv"]),
-           "command": "python -m bench.xr_linear_knobs " + " ".join(f"--variant {v}" for v in args.variant)
+           "command": "python -m lab.bench.xr_linear_knobs " + " ".join(f"--variant {v}" for v in args.variant)
                       + f" --seeds {args.seeds} --out {args.out}",
            "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
                        "python": platform.python_version()},

@@ -19,9 +19,9 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from xmc.config.schema import (AstraRunConfig, DualEncoderConfig, FewshotRunConfig, LabelPriorRunConfig, MaclrRunConfig,
-                               NameMatchRunConfig, PretrainedConfig, RamenRunConfig, StMnrlRunConfig,
-                               TfidfKnnConfig, TfidfZeroShotConfig, UnidecRunConfig, _check, deep_merge)
+from xmc.config.schema import (AstraRunConfig, DualEncoderConfig, FewshotRunConfig, LabelPriorRunConfig, MaclrPairs,
+                               MaclrRunConfig, NameMatchRunConfig, PretrainedConfig, RamenRunConfig, StMnrlRunConfig,
+                               TfidfKnnConfig, TfidfZeroShotConfig, UnidecRunConfig, _check, deep_merge, filled)
 from xmc.errors import ConfigError
 
 # method -> its run schema (the defaults file has the same keys)
@@ -119,11 +119,21 @@ def resolve_runs(entries: dict[str, Any], params: dict[str, Any], at: tuple[str,
     problems: list[tuple[tuple[Any, ...], str]] = []
     known = dict(known or {})
 
+    failed: set[str] = set()   # entries already reported: a run named as a base by several is reported once
+
     def resolve(name: str, chain: tuple[str, ...]) -> RunSpec | None:
         if name in specs:
             return specs[name]
+        if name in failed:
+            return None
         if name not in entries:
             return known.get(name)
+        spec = resolve_entry(name, chain)
+        if spec is None:
+            failed.add(name)
+        return spec
+
+    def resolve_entry(name: str, chain: tuple[str, ...]) -> RunSpec | None:
         entry = entries[name] or {}
         where = (*at, name)
         if not isinstance(entry, dict):
@@ -133,10 +143,13 @@ def resolve_runs(entries: dict[str, Any], params: dict[str, Any], at: tuple[str,
         base_name = entry.get("base")
         base: RunSpec | None = None
         if base_name is not None:
-            if base_name in chain:
-                problems.append(_problem((*where, "base"), f"runs form a cycle: {' -> '.join((*chain, base_name))}"))
+            if base_name in (*chain, name):
+                problems.append(_problem((*where, "base"),
+                                         f"runs form a cycle: {' -> '.join((*chain, name, str(base_name)))}"))
                 return None
             base = resolve(str(base_name), (*chain, name))
+            if base is None and base_name in entries:
+                return None   # the base's own problem is reported where it is defined
             if base is None:
                 pool = sorted(set(entries) | set(known))
                 close = difflib.get_close_matches(str(base_name), pool, n=1)
@@ -170,13 +183,34 @@ def resolve_runs(entries: dict[str, Any], params: dict[str, Any], at: tuple[str,
             for loc, msg in errs:
                 problems.append(_problem((*where, *loc), msg))
             return None
-        spec = RunSpec(name, method, validated.model_dump(), ".".join(where))
+        config = validated.model_dump()
+        crossed = _cross_checks(method, config, params)
+        if crossed:
+            problems.extend(_problem((*where, *loc), msg) for loc, msg in crossed)
+            return None
+        spec = RunSpec(name, method, config, ".".join(where))
         specs[name] = spec
         return spec
 
     for name in entries:
         resolve(name, ())
     return {n: specs[n] for n in entries if n in specs}, problems
+
+
+def _cross_checks(method: str, config: dict[str, Any], params: dict[str, Any]) -> list[tuple[tuple[Any, ...], str]]:
+    """What a run's schema cannot check alone: MACLR's Stage II takes at most the labels the pseudo-pairs stage
+    mines per instance (params ``maclr_pairs``); a few-shot run names the encoder it starts from."""
+    out: list[tuple[tuple[Any, ...], str]] = []
+    if method == "maclr":
+        s2 = config["stage2"]
+        key = {"tfidf": "tfidf_k", "label_names": "names_k"}[s2["sparse_view"]]
+        mined = filled(MaclrPairs, params.get("maclr_pairs"), "maclr_pairs")[key]
+        if s2["sparse"] and s2["sparse_k"] > mined:
+            out.append((("stage2", "sparse_k"), f"{s2['sparse_k']} exceeds maclr_pairs.{key} ({mined}): only that "
+                                               f"many {s2['sparse_view']} labels are mined per instance"))
+    if method == "maclr_fewshot" and not config.get("init"):
+        out.append((("init",), "required: the encoder folder the run starts from (a trained model, e.g. models/maclr)"))
+    return out
 
 
 def _resolve_st_mnrl(name: str, overrides: dict[str, Any], where: tuple[Any, ...], resolve: Any,

@@ -136,9 +136,10 @@ def build_encoder(cfg: dict[str, Any] | None) -> TextEncoder:
     return enc
 
 
-def load_encoder(path: str | Path, trainable: bool = False) -> TextEncoder:
+def load_encoder(path: str | Path, trainable: bool = False, untouched: str = "zero") -> TextEncoder:
     """Load an encoder saved by ``TextEncoder.save`` (reads ``xmc_encoder.json``). ``trainable``: to train it further
-    (a bag-of-words encoder is stored for prediction, its untouched rows rebuilt for training)."""
+    (a bag-of-words encoder is stored for prediction, its untouched rows rebuilt for training). ``untouched``: a
+    bag-of-words encoder's buckets training never moved, ``zero`` or ``init`` (:meth:`HashedBagOfWordsEncoder.load`)."""
     from xmc.encoders.bow import HashedBagOfWordsEncoder
     from xmc.encoders.transformer import TransformerEncoder
 
@@ -152,7 +153,8 @@ def load_encoder(path: str | Path, trainable: bool = False) -> TextEncoder:
     kind = cfg.get("kind") if isinstance(cfg, dict) else None
     if kind not in ("transformer", "bow"):
         raise ConfigError(f"{cfg_path}: unknown encoder kind {kind!r} (expected transformer or bow)")
-    enc = TransformerEncoder.load(path) if kind == "transformer" else HashedBagOfWordsEncoder.load(path, trainable=trainable)
+    enc = TransformerEncoder.load(path) if kind == "transformer" else HashedBagOfWordsEncoder.load(
+        path, untouched=untouched, trainable=trainable)
     view = cfg["label_text"] if "label_text" in cfg else "full"   # folders saved before the knob: the full text
     try:
         return enc.set_label_text(view)

@@ -291,6 +291,8 @@ class HashedBagOfWordsEncoder(TextEncoder):
         """A saved encoder. ``untouched``: ``zero`` (a bucket training never touched adds nothing) or ``init`` (its
         initial random row, rebuilt from the seed: the table exactly as trained, 8 s at 2^19 x 768). ``trainable``:
         a whole sparse table to train further (``init`` rows where untouched), instead of the stored rows only."""
+        if untouched not in ("zero", "init"):   # an argument, not the folder: not reported as a corrupt file
+            raise ValueError(f"untouched must be zero or init, not {untouched!r}")
         untouched = "init" if trainable else untouched
         path = Path(path)
         cfg = read_json_file(path / "xmc_encoder.json", "an encoder description")

@@ -236,6 +236,17 @@ class ASTRANegatives(NegativeSampler):
         if mine_with not in ("classifiers", "label_embeddings"):
             raise ConfigError(f"astra.negatives.mine_with must be 'classifiers' or 'label_embeddings', not {mine_with!r}")
         self.k_h, self.k_r = int(hard_negatives), int(uniform_negatives)
+        # a small label space holds fewer negatives than asked for: mine every label a query does not have
+        n_labels = int(self.Y.shape[1])
+        most_positives = int(np.diff(self.Y.indptr).max()) if self.Y.shape[0] else 0
+        room = max(0, n_labels - most_positives - 1)
+        if self.k_h > room:
+            log.warning("astra: %d hard negatives per query asked for, but %d labels leave room for %d: using %d",
+                        self.k_h, n_labels, room, room)
+            self.k_h = room
+        if self.k_h + self.k_r == 0:
+            raise ConfigError(f"astra.negatives: {n_labels} labels leave no room for negatives (some query has "
+                              f"{most_positives} positives)")
         self.refresh_every, self.start_epoch = int(refresh_every_epochs), int(start_epoch)
         self.mine_with, self.index_kind, self.index_kw = mine_with, index_kind, index_kw
         self.async_refresh, self.encode_batch_size = bool(async_refresh), encode_batch_size

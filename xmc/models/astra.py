@@ -24,8 +24,9 @@ def is_astra_model(path: str | Path) -> bool:
     return (Path(path) / DESCRIPTION).is_file()
 
 
-def load_astra(path: str | Path, n_labels: int) -> tuple[TextEncoder, np.ndarray]:
-    """(the encoder, W as float32 numpy) of the ASTRA model folder ``path`` trained for ``n_labels`` labels."""
+def load_astra(path: str | Path, n_labels: int, untouched: str = "zero") -> tuple[TextEncoder, np.ndarray]:
+    """(the encoder, W as float32 numpy) of the ASTRA model folder ``path`` trained for ``n_labels`` labels
+    (``untouched``: a bag-of-words encoder's untouched buckets, :func:`~xmc.encoders.base.load_encoder`)."""
     path = Path(path)
     if not is_astra_model(path):
         raise ConfigError(f"{path / DESCRIPTION}: not a saved ASTRA model")
@@ -39,7 +40,7 @@ def load_astra(path: str | Path, n_labels: int) -> tuple[TextEncoder, np.ndarray
     W = load_tensors(path / CLASSIFIERS).get("W")
     if W is None or tuple(W.shape) != (saved, dim + 1):
         raise DataFormatError(path / CLASSIFIERS, None, f"expected W of shape ({saved}, {dim + 1})")
-    return load_encoder(path / ENCODER), np.ascontiguousarray(W.float().numpy())
+    return load_encoder(path / ENCODER, untouched=untouched), np.ascontiguousarray(W.float().numpy())
 
 
 __all__ = ["CLASSIFIERS", "DESCRIPTION", "ENCODER", "is_astra_model", "load_astra"]

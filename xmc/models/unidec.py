@@ -128,13 +128,15 @@ class UniDECInference(UniDECHeads):
         self.register_buffer("psi", psi)
 
     @classmethod
-    def load(cls, path: str | Path, label_texts: Sequence[str], space: str = "concat") -> UniDECInference:
+    def load(cls, path: str | Path, label_texts: Sequence[str], space: str = "concat",
+             untouched: str = "zero") -> UniDECInference:
+        """``untouched``: a bag-of-words encoder's untouched buckets (:func:`~xmc.encoders.base.load_encoder`)."""
         path = Path(path)
         cfg = read_description(path, len(label_texts))
         st = load_tensors(path / HEADS)
         try:
-            model = cls(load_encoder(path / ENCODER), st["psi"], label_texts, space, dim=int(cfg["dim"]),
-                        dropout=float(cfg["dropout"]), dropout_clf=cfg.get("dropout_clf"))
+            model = cls(load_encoder(path / ENCODER, untouched=untouched), st["psi"], label_texts, space,
+                        dim=int(cfg["dim"]), dropout=float(cfg["dropout"]), dropout_clf=cfg.get("dropout_clf"))
             model.g1.load_state_dict(st["g1"])
             model.g2.load_state_dict(st["g2"])
         except (KeyError, RuntimeError, TypeError) as e:

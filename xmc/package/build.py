@@ -221,9 +221,11 @@ def dataset_record(ws: Workspace, ds: XMCDataset) -> dict[str, Any]:
 
 
 def _predict_and_score(ws: Workspace, name: str, predictor: Predictor, ds: XMCDataset, splits: tuple[str, ...],
-                       params: dict[str, Any], done: dict[str, Any], chunk: int) -> tuple[dict[str, float], dict, dict]:
+                       params: dict[str, Any], done: dict[str, Any], chunk: int,
+                       full_searches: dict[str, int] | None = None) -> tuple[dict[str, float], dict, dict]:
     """Predict each split (``done``: splits already predicted), save the top-k; returns (seconds per split,
-    {split: evaluation result}, {split: predicted ids})."""
+    {split: evaluation result}, {split: predicted ids}). ``full_searches``: a shortlist predictor's count of texts
+    searched over every label, per split predicted here (filled in)."""
     k = int(params["evaluate"]["top_k"])
     seconds: dict[str, float] = {}
     results: dict[str, Any] = {}
@@ -233,8 +235,12 @@ def _predict_and_score(ws: Workspace, name: str, predictor: Predictor, ds: XMCDa
         if split in done:
             D, I, secs = done[split]
         else:
+            if full_searches is not None:
+                predictor.full_searches = 0
             D, I = predict_texts(predictor, ds.split(split).texts, k, chunk)
             secs = time.perf_counter() - t0
+            if full_searches is not None:
+                full_searches[split] = predictor.full_searches
         top = TopK(I.astype(np.int32), D.astype(np.float32))
         top.save(ws.predictions(name) / f"{split}_topk.npz")
         seconds[split] = round(secs, 2)
@@ -272,9 +278,8 @@ def package_run(params: dict[str, Any], name: str, ws: Workspace, model_dir: Pat
         index_seconds = time.perf_counter() - t0
         if predictor is None:
             predictor = predictor_class(section["kind"], tmp).load(tmp, section, ds.label_texts)
-        if section["kind"] == "shortlist":
-            predictor.full_searches = 0
-        seconds, results, ids = _predict_and_score(ws, name, predictor, ds, splits, params, done, chunk)
+        searches = shortlist.setdefault("full_searches", {}) if section["kind"] == "shortlist" else None
+        seconds, results, ids = _predict_and_score(ws, name, predictor, ds, splits, params, done, chunk, searches)
         timing = _timing(summary, section, predictor, index_seconds, seconds, shortlist, ds, ids)
         write_json(ws.predictions(name) / "timing.json", timing)
         metrics = {split: write_evaluation(ws, name, split, results[split], params, timing) for split in splits}

@@ -136,6 +136,15 @@ def _label_vector_file(out: Path, n: int, dim: int, options: dict[str, Any]) -> 
     return np.lib.format.open_memmap(out / "label_vectors.f16.npy", mode="w+", dtype=np.float16, shape=(n, dim))
 
 
+def _untouched(options: dict[str, Any]) -> dict[str, Any]:
+    """Option / section ``untouched`` (a bag-of-words encoder's buckets training never moved: ``zero``, the default,
+    or ``init``, the rows rebuilt from the seed): the load keyword, and what the section records (only ``init``)."""
+    value = options.get("untouched") or "zero"
+    if value not in ("zero", "init"):
+        raise ConfigError(f"predictor option untouched must be zero or init (got {value!r})")
+    return {"untouched": value}
+
+
 class DensePredictor(Predictor):
     """Query vector = encoder(text) (⊕ a constant for a bias column); labels = the index's vectors."""
 
@@ -147,13 +156,14 @@ class DensePredictor(Predictor):
     @classmethod
     def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
         bs = _index_settings(options)["encode_batch_size"]
+        untouched = _untouched(options)
         if is_astra_model(source):   # ASTRA: the label vectors are its classifiers [w_l, b_l]
-            encoder, vectors = load_astra(source, len(label_texts))
+            encoder, vectors = load_astra(source, len(label_texts), **untouched)
             encoder = on_inference_device(encoder)
             _copy_tree(source / "encoder", out / "encoder")
             append: float | None = 1.0
         else:
-            encoder = on_inference_device(load_encoder(source))
+            encoder = on_inference_device(load_encoder(source, **untouched))
             spill = _label_vector_file(out, len(label_texts), encoder.dim, options)
             vectors = encoder.encode(label_texts, "label", bs, True, out=spill)
             _copy_tree(source, out / "encoder")
@@ -173,11 +183,12 @@ class DensePredictor(Predictor):
             del vectors
             path.unlink()
         return {"kind": cls.kind, "encoder": "encoder", "index": "index", "append_constant": append,
-                "dim": dim, "encode_batch_size": bs}
+                "dim": dim, "encode_batch_size": bs, **(untouched if untouched["untouched"] != "zero" else {})}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> DensePredictor:
-        encoder = on_inference_device(load_encoder(root / section.get("encoder", "encoder")))
+        encoder = on_inference_device(load_encoder(root / section.get("encoder", "encoder"),
+                                                   **_untouched(section)))
         encoder.eval()
         index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
         if index.ntotal != len(label_texts):
@@ -213,7 +224,8 @@ class UniDECPredictor(Predictor):
         if space not in SPACES:
             raise ConfigError(f"package space must be one of {', '.join(SPACES)} (got {space!r})")
         bs = _index_settings(options)["encode_batch_size"]
-        model = on_inference_device(UniDECInference.load(source, label_texts, space=space))
+        untouched = _untouched(options)
+        model = on_inference_device(UniDECInference.load(source, label_texts, space=space, **untouched))
         vectors = model.label_space_vectors(space, bs, progress=True)
         calib = _calibration_texts(options)
         index = ANNIndex(**_index_options(options))
@@ -222,13 +234,13 @@ class UniDECPredictor(Predictor):
         _copy_tree(source, out / "model")
         index.save(out / "index")
         return {"kind": cls.kind, "model": "model", "index": "index", "space": space, "dim": int(vectors.shape[1]),
-                "encode_batch_size": bs}
+                "encode_batch_size": bs, **(untouched if untouched["untouched"] != "zero" else {})}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> UniDECPredictor:
         space = section.get("space", "concat")
         model = on_inference_device(UniDECInference.load(root / section.get("model", "model"), label_texts,
-                                                         space=space))
+                                                         space=space, **_untouched(section)))
         index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
         if index.ntotal != len(label_texts):
             raise DataFormatError(root / "index", None, f"holds {index.ntotal} label vectors but the package has "

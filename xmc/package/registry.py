@@ -1,13 +1,16 @@
-"""Model registry over git + DVC: packages are DVC artifacts (``artifacts:`` in dvc.yaml), versions and
-stages are GTO git tags (``astra@v0.1.0``, ``astra#prod#3``), the files live in the DVC cache / remote.
+"""Model registry over git + DVC: the packages the registry versions and promotes are DVC artifacts
+(``artifacts:`` in dvc.yaml), versions and stages are GTO git tags (``astra@v0.1.0``, ``astra#prod#3``), the
+files live in the DVC cache / remote. Every package the pipeline builds is in the workspace as
+``packages/<name>/`` (``package@<run>``, ``fuse@<hybrid>``), artifact or not.
 
 Model specs understood everywhere a model is named (``xmc predict MODEL``, ``xmc.load``, the service,
 the batch-prediction flow):
 
 - a folder path: that package;
-- ``NAME``: the workspace package of artifact NAME (``packages/NAME`` after ``make run`` or ``dvc pull``);
-- ``NAME#STAGE`` / ``NAME@vX.Y.Z``: the version with that stage label / that version, fetched from the DVC
-  cache or remote into ``$XMC_CACHE_DIR`` (default ``~/.cache/xmc/packages``);
+- ``NAME``: the workspace package ``packages/NAME/`` (after ``make run`` or ``dvc pull packages/NAME``), or the
+  path of artifact NAME when dvc.yaml gives it another one;
+- ``NAME#STAGE`` / ``NAME@vX.Y.Z``: the version of artifact NAME with that stage label / that version, fetched
+  from the DVC cache or remote into ``$XMC_CACHE_DIR`` (default ``~/.cache/xmc/packages``);
 - ``#STAGE`` (e.g. ``#prod``): the artifact that received that stage most recently.
 """
 
@@ -50,16 +53,30 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XMC_CACHE_DIR") or Path.home() / ".cache" / "xmc" / "packages")
 
 
+PACKAGES_DIR = "packages"   # the workspace's packages: packages/<name>/ (the pipeline's package@ and fuse@ stages)
+MANIFEST = "manifest.json"
+
+
 def _looks_like_path(spec: str) -> bool:
-    return os.sep in spec or spec.startswith(".") or Path(spec).exists()
+    return os.sep in spec or "/" in spec or spec.startswith(".") or Path(spec).exists()
 
 
-def resolve(spec: str, repo: str | Path | None = None) -> Path:
-    """The local folder of the package that ``spec`` names (fetching a registered version if needed)."""
+def workspace_packages(repo: Path) -> list[str]:
+    """The names of the packages in the workspace (``packages/<name>/`` holding a manifest)."""
+    d = repo / PACKAGES_DIR
+    if not d.is_dir():
+        return []
+    return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / MANIFEST).is_file())
+
+
+def resolve(spec: str, repo: str | Path | None = None, paths: bool = True) -> Path:
+    """The local folder of the package that ``spec`` names (fetching a registered version if needed).
+    ``paths=False``: ``spec`` is a registry name only, never a folder (a name that happens to be a folder in the
+    working directory is still looked up in the repository)."""
     if not isinstance(spec, str) or not spec.strip():
         raise ConfigError("no model given (a package folder or a registry name such as astra or astra#prod)")
     spec = spec.strip()
-    if _looks_like_path(spec):
+    if paths and _looks_like_path(spec):
         return Path(spec)
     m = SPEC.match(spec)
     if not m or not (m["name"] or m["stage"]):
@@ -70,17 +87,54 @@ def resolve(spec: str, repo: str | Path | None = None) -> Path:
                           "(run inside the project or set XMC_REPO_DIR)")
     arts = artifacts(root)
     name = m["name"]
+    if not m["stage"] and not m["version"]:
+        return workspace_package(root, name, arts)
     if name is None:
         name = latest_in_stage(root, m["stage"])
     if name not in arts:
-        raise ConfigError(f"{spec!r}: no artifact {name!r} in {root / 'dvc.yaml'} (have: {', '.join(sorted(arts)) or 'none'})")
-    if not m["stage"] and not m["version"]:
-        path = root / arts[name]["path"]
-        if not (path / "manifest.json").is_file():
-            raise ConfigError(f"{path}: package {name!r} is not in the workspace: `dvc pull {arts[name]['path']}` "
-                              "fetches it from the remote, `make run` builds it")
-        return path
+        what = f"stage {m['stage']!r}" if m["stage"] else f"version {m['version']}"
+        held = " (its workspace package is packages/" + name + "/)" if name in workspace_packages(root) else ""
+        raise ConfigError(f"{spec!r}: {name!r} is not an artifact of {root / 'dvc.yaml'}, so it has no {what}{held}; "
+                          f"the registry versions only its artifacts: {', '.join(sorted(arts)) or 'none'}")
     return fetch_version(root, name, stage=m["stage"], version=m["version"])
+
+
+def workspace_package(root: Path, name: str, arts: dict[str, dict[str, Any]] | None = None) -> Path:
+    """``packages/<name>/`` when it holds a package, else the path of artifact ``name``; a one-line error saying
+    how to get it when neither is there."""
+    arts = artifacts(root) if arts is None else arts
+    path = root / PACKAGES_DIR / name
+    if (path / MANIFEST).is_file():
+        return path
+    rel = f"{PACKAGES_DIR}/{name}"
+    if name in arts:
+        rel = str(arts[name]["path"])
+        if (root / rel / MANIFEST).is_file():
+            return root / rel
+    known = _pipeline_packages(root)
+    if name in known:
+        how = f"`dvc pull {rel}` fetches it from the remote, `dvc repro {known[name]}` builds it"
+    elif name in arts:
+        how = f"`dvc pull {rel}` fetches it from the remote (this params.yaml builds no {name}: not under runs or hybrids)"
+    else:
+        have = sorted(set(workspace_packages(root)) | set(arts) | set(known))
+        raise ConfigError(f"{name!r}: no package {rel}/ in {root} and no artifact {name!r} in dvc.yaml "
+                          f"(have: {', '.join(have) or 'none'}; `xmc registry` lists them)")
+    raise ConfigError(f"{root / rel}: package {name!r} is not in the workspace: {how}")
+
+
+def _pipeline_packages(root: Path) -> dict[str, str]:
+    """The packages the repository's pipeline builds (name -> its stage), from params.yaml; {} if unreadable."""
+    import yaml
+
+    try:
+        p = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    runs, hybrids = p.get("runs") or {}, p.get("hybrids") or {}
+    if not isinstance(runs, dict) or not isinstance(hybrids, dict):
+        return {}
+    return {**{r: f"package@{r}" for r in runs}, **{h: f"fuse@{h}" for h in hybrids}}
 
 
 def _rev_of(root: Path, name: str, stage: str | None, version: str | None) -> str:
@@ -229,7 +283,9 @@ def promote(root: Path, name: str, stage: str, gate_cfg: dict[str, Any], force: 
 
     arts = artifacts(root)
     if name not in arts:
-        raise ConfigError(f"no artifact {name!r} in {root / 'dvc.yaml'}")
+        raise ConfigError(f"no artifact {name!r} in {root / 'dvc.yaml'}: the registry versions and promotes only "
+                          f"the packages listed under its artifacts: ({', '.join(sorted(arts)) or 'none'}); "
+                          f"add {name} there to version it")
     cand = read_manifest(root / arts[name]["path"])
     version, cur = current_manifest(root, name, stage)
     decision = gate(cand, cur, gate_cfg)
@@ -280,6 +336,49 @@ def _git(root: Path, *args: str) -> str:
     return p.stdout.strip()
 
 
+def listing(root: Path, name: str | None = None) -> list[dict[str, Any]]:
+    """``xmc registry``: every package of the repository (its artifacts, the packages in the workspace and those
+    its pipeline builds), or just ``name``, with its latest version and stage labels (artifacts only) and whether
+    it is in the workspace."""
+    arts = artifacts(root)
+    ws = set(workspace_packages(root))
+    built = _pipeline_packages(root)
+    known = set(arts) | ws | set(built)
+    if name is not None and name not in known:
+        raise ConfigError(f"{name!r}: no artifact of that name in {root / 'dvc.yaml'} and no package "
+                          f"{PACKAGES_DIR}/{name}/ (have: {', '.join(sorted(known)) or 'none'})")
+    table: dict[str, Any] = {}
+    if arts:
+        from gto.api import show
+
+        try:
+            shown = show(str(root), table=False)
+            table = shown if isinstance(shown, dict) else {}
+        except Exception:  # noqa: BLE001 - no tags yet
+            table = {}
+    rows = []
+    for n in [name] if name else sorted(known):
+        r = table.get(n) or {}
+        stages = r.get("stage") or {}
+        path = f"{PACKAGES_DIR}/{n}" if n not in arts or n in ws else str(arts[n]["path"])
+        rows.append({"name": n, "artifact": n in arts, "latest": r.get("version"), "stages": dict(stages),
+                     "path": path, "workspace": (root / path / MANIFEST).is_file(), "stage": built.get(n)})
+    return rows
+
+
+def format_listing(rows: list[dict[str, Any]]) -> str:
+    """The rows of :func:`listing` as the table ``xmc registry`` prints."""
+    lines = [f"{'package':<28} {'artifact':<9} {'latest':<10} {'dev':<10} {'prod':<10} workspace"]
+    for r in rows:
+        if r["workspace"]:
+            ws = f"yes ({r['path']})"
+        else:
+            ws = f"no (dvc pull {r['path']}" + (f", or dvc repro {r['stage']})" if r["stage"] else ")")
+        lines.append(f"{r['name']:<28} {'yes' if r['artifact'] else 'no':<9} {r['latest'] or '-':<10} "
+                     f"{r['stages'].get('dev') or '-':<10} {r['stages'].get('prod') or '-':<10} {ws}")
+    return "\n".join(lines)
+
+
 def load_model(spec: str, **kwargs: Any) -> Any:
     """``xmc.load``: resolve ``spec`` (see module doc) and load the package."""
     from xmc.package.package import load
@@ -288,5 +387,6 @@ def load_model(spec: str, **kwargs: Any) -> Any:
     return load(resolve(spec, repo), **kwargs)
 
 
-__all__ = ["GateDecision", "artifacts", "cache_dir", "current_manifest", "fetch_version", "find_repo", "gate",
-           "latest_in_stage", "load_model", "promote", "resolve", "stage_assignments"]
+__all__ = ["GateDecision", "artifacts", "cache_dir", "current_manifest", "fetch_version", "find_repo", "format_listing",
+           "gate", "latest_in_stage", "listing", "load_model", "promote", "resolve", "stage_assignments",
+           "workspace_package", "workspace_packages"]

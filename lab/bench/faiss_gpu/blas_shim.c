@@ -5,10 +5,10 @@
  * faiss calls 13 Fortran BLAS/LAPACK routines (faiss-cpu 1.15, on which this was tested, one more: sgemv_); every argument is a pointer (plus, for character arguments, hidden
  * string lengths passed by value), so each one here is a tail jump to the routine of the same name in
  * XMC_BLAS_LIB, prefixed with XMC_BLAS_PREFIX: scipy's bundled OpenBLAS (LP64, 32-bit integers, as faiss's own)
- * names them scipy_sgemm_ and so on. bench/faiss_gpu/env.sh finds it. Without one, loading still works (the GPU
+ * names them scipy_sgemm_ and so on. lab/bench/faiss_gpu/env.sh finds it. Without one, loading still works (the GPU
  * indexes use cuBLAS) and a BLAS call stops the program with a message.
  *
- * Build (bench/gpu_profiles.py pack --faiss-gpu does it, with -o the wheel's library name):
+ * Build (lab/bench/gpu_profiles.py pack --faiss-gpu does it, with -o the wheel's library name):
  *   gcc -shared -fPIC -O2 -o libopenblas-r0-f650aae0.3.3.so blas_shim.c -ldl
  */
 #define _GNU_SOURCE

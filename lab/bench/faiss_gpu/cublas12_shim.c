@@ -6,7 +6,7 @@
  * touched. The symbols carry the version node `libcublas.so.12` that faiss's references ask for (see the version
  * script). libcublasLt.so.12 is an empty library: faiss lists it as needed but uses none of its symbols.
  *
- * Build (bench/gpu_profiles.py pack --faiss-gpu does it):
+ * Build (lab/bench/gpu_profiles.py pack --faiss-gpu does it):
  *   gcc -shared -fPIC -O2 -o libcublas.so.12 -Wl,-soname,libcublas.so.12 \
  *       -Wl,--version-script=cublas12.map cublas12_shim.c -ldl
  */

@@ -1,5 +1,5 @@
-# On the GPU machine: `source bench/faiss_gpu/env.sh [CARRY]` puts faiss-gpu (packed by
-# `python -m bench.gpu_profiles pack --faiss-gpu`) on the Python path, with the CUDA 12 runtime and the cuBLAS 12
+# On the GPU machine: `source lab/bench/faiss_gpu/env.sh [CARRY]` puts faiss-gpu (packed by
+# `python -m lab.bench.gpu_profiles pack --faiss-gpu`) on the Python path, with the CUDA 12 runtime and the cuBLAS 12
 # shim (cublas12_shim.c) on the loader's path, pointed at the image's cuBLAS 13. The loader reads LD_LIBRARY_PATH
 # when a process starts, so source this before python starts.
 _carry=${1:-.gpu}

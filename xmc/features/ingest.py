@@ -1,0 +1,50 @@
+"""Ingest: any supported dataset folder -> ``data/processed``, with its validation split (the dataset's own, or
+carved out of training by document) and the label-side files a label graph needs."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from xmc.data import load_dataset_dir, save_processed, split_validation, subsample, subsample_validation
+from xmc.data.dataset import XMCDataset, label_side_files
+from xmc.errors import ConfigError
+from xmc.logs import kv
+from xmc.workspace import Workspace
+
+log = logging.getLogger(__name__)
+
+
+def read_dataset(data: dict[str, Any]) -> tuple[XMCDataset, dict[str, Path]]:
+    """The dataset folder of params ``data`` read, subsampled and with its validation split, as ingest keeps it:
+    (dataset, the label-side files to keep beside it)."""
+    ds = load_dataset_dir(data["dataset_dir"], layout=data["layout"], uid_separator=data["uid_separator"],
+                          text_fields=data["text_fields"])
+    sub = data["subsample"]
+    if sub["trn"] or sub["tst"] or sub["labels"] != "all":
+        ds = subsample(ds, sub["trn"], sub["tst"], sub["unit"], sub["labels"])
+    vcfg = data["validation"]
+    if ds.val is not None and vcfg["use_shipped"]:
+        ds.meta["validation"] = {"source": "shipped with the dataset", "instances": len(ds.val)}
+    else:
+        ds.val = None
+        ds = split_validation(ds, vcfg["fraction"], vcfg["seed"])
+    ds = subsample_validation(ds, sub["val"], sub["unit"])
+    if ds.trn is None or len(ds.trn) == 0 or ds.trn.Y.nnz == 0:
+        raise ConfigError(f"{data['dataset_dir']}: no labelled training instances (a dataset needs training labels)")
+    return ds, label_side_files(data["dataset_dir"])
+
+
+def ingest(data: dict[str, Any], ws: Workspace) -> dict[str, Any]:
+    """Dataset folder -> ``data/processed``; returns the metadata written."""
+    ds, side = read_dataset(data)
+    meta = save_processed(ds, ws.processed, side)
+    if side:
+        log.info("label-side files kept for the label graph: %s", ", ".join(sorted(side)))
+    log.info("validation split: %s", kv(meta["validation"]))
+    log.info("ingested %s: %s", data["dataset_dir"], kv(meta["counts"]))
+    return meta
+
+
+__all__ = ["ingest", "read_dataset"]
