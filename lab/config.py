@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from xmc.config import load_params, problems_error, read_params_file
-from xmc.config.runs import RunSpec, resolve_runs
+from xmc.config.runs import resolve_runs
 from xmc.config.schema import HybridEntry, Section, XrLinearRunConfig, _check, deep_merge
 
 LAB = Path("lab")

@@ -228,7 +228,7 @@ def _opened(code: str, cwd: Path, under: Path) -> list[str]:
 def processed(tmp_path_factory):
     """A small real slice of semcor-wn30 ingested into <root>/data/processed, and the params that read it."""
     from xmc.config.params import validate_params
-    from xmc.features import ingest
+    from xmc.features.ingest import ingest
     from xmc.workspace import Workspace
 
     root = tmp_path_factory.mktemp("hygiene")
@@ -247,7 +247,7 @@ def test_zero_shot_stages_open_no_label_matrix(processed) -> None:
     training labels (so the audit sees what a stage reads)."""
     prelude = ("import json\nfrom xmc.workspace import Workspace\nparams = json.load(open('params.json'))\n"
                "ws = Workspace('.')\n")
-    opened = _opened(prelude + "from xmc.features import build_maclr_pairs\nbuild_maclr_pairs(params, ws)\n",
+    opened = _opened(prelude + "from xmc.features.maclr_pairs import build_maclr_pairs\nbuild_maclr_pairs(params, ws)\n",
                      processed, processed / "data")
     assert "processed/trn.jsonl" in opened and "processed/lbl.jsonl" in opened, opened
     assert not [f for f in opened if f.endswith("_Y.npz") or "val" in f or "tst" in f], opened

@@ -1,16 +1,17 @@
 """The lab's training plans: lab/plans/<run>.json for every lab run (xmc.methods.plan), as the product's plan stage.
 
 A lab run trains, predicts and is evaluated in one stage (lab/stages/run.py), so its plan covers the code of all
-three; a run that predicts with a product model (``from_model``) depends on that model's files instead.
+three and the data its prediction and evaluation read (the splits it predicts, the training labels' counts); a run
+that predicts with a product model (``from_model``) depends on that model's files instead of a training plan.
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from lab.config import LAB, load_lab
 from xmc.config import run_entry_point
+from xmc.data.dataset import SPLIT_FILES
 from xmc.io import atomic_dir
 from xmc.methods.plan import _sha256_tree, code_closure, run_plan
 from xmc.workspace import Workspace
@@ -30,8 +31,11 @@ def main() -> None:
                 plan = {"run": name, "from_model": {model.as_posix(): _sha256_tree(model) if model.exists() else None}}
             else:
                 plan = run_plan(product, specs[name], ws, stage=STAGE)
+            read = [ws.processed / f for part in ("lbl", "trn", *entry["splits"].split()) for f in SPLIT_FILES[part]]
+            read += [ws.processed / "tst_filter.npz"] if "tst" in entry["splits"] else []
             plan.update({"lab": entry, "predict_code": code, "settings_predict": {
-                k: product[k] for k in ("index", "evaluate")}})
+                k: product[k] for k in ("index", "evaluate")},
+                "predict_inputs": {p.as_posix(): _sha256_tree(p) if p.exists() else None for p in read}})
             (tmp / f"{name}.json").write_text(json.dumps(plan, indent=1, sort_keys=True, default=str) + "\n")
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 import difflib
-import functools
 import re
 from typing import Annotated, Any, ClassVar, Literal
 

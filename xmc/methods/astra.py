@@ -253,7 +253,6 @@ class ASTRANegatives(NegativeSampler):
         self.uniform_shared = bool(uniform_shared)
         self.total_epochs = total_epochs   # the run's length: no pipelined refresh for an epoch that never comes
         self.work_dir = Path(work_dir) if work_dir is not None else None
-        N = self.Y.shape[0]
         # a label-sharded classifier table (set by _snapshot): each rank searches its shard, the top-k are merged
         self._shard_ctx: Any = None
         # the previous epoch's query embeddings [Φ(x), 1], filled by the objective (NaN = not seen); a memory-mapped

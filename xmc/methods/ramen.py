@@ -23,7 +23,6 @@ the saved folder is an ordinary encoder that ``stages.predict`` indexes.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 import time
 from collections.abc import Sequence
 from typing import Any

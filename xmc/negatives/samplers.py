@@ -14,7 +14,7 @@ from xmc.ann import ANNIndex
 from xmc.config.schema import NegativesConfig, filled
 from xmc.data.columns import take_texts
 from xmc.errors import ConfigError
-from xmc.negatives.base import CandidateBatch, NegativeSampler, draw_from_rows, pool_batch, positives_mask
+from xmc.negatives.base import CandidateBatch, NegativeSampler, draw_from_rows, pool_batch
 from xmc.negatives.membership import in_csr_rows
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,8 @@ package, predictions and metrics (the ``fuse@<hybrid>`` and ``ensemble`` stages,
 Fusion weights are fit on the validation split only. The validation predictions of the hybrid are cross-fitted
 (weights fit on the other folds of validation documents), so its validation metrics are not in-sample; the
 test predictions use the weights fit on the whole validation split, through the same ranker the model package's
-``hybrid`` predictor runs. A zero-shot hybrid reads no training split: its two weights are chosen on validation.
+``hybrid`` predictor runs. A zero-shot hybrid's fusion reads no training label: its two weights are chosen on
+validation (the training split is read only to evaluate it, for the label propensities of PSP@k).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from xmc.baselines.tfidf import _vectorizer, knn_label_voting, label_prior_predi
 from xmc.config.schema import IndexConfig, TfidfKnnConfig, TfidfZeroShotConfig, filled
 from xmc.encoders.base import load_encoder
 from xmc.errors import ConfigError, DataFormatError
-from xmc.io import read_json_file, save_csr, save_npz_deterministic
+from xmc.io import read_json_file, save_csr
 from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_scores
 from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
 from xmc.models.astra import is_astra_model, load_astra

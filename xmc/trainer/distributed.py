@@ -17,7 +17,6 @@ Launch: ``torchrun --nproc_per_node N -m stages.train <run>`` (``stages.train`` 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import torch
@@ -157,3 +156,6 @@ def barrier(ctx: DistContext) -> None:
     if ctx.active and dist.is_initialized():
         dist.barrier()
 
+
+__all__ = ["DistContext", "ShardedForward", "all_equal", "all_reduce_gradients", "barrier", "context", "encode_locally",
+           "gather_rows", "init_from_env", "initialised_context", "shard_bounds", "shard_encoders"]
