@@ -64,6 +64,7 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
     if (ROOT / ".venv-pecos").is_dir():  # the linear peer's environment (make setup), shared with the checkout
         (dest / ".venv-pecos").symlink_to(ROOT / ".venv-pecos")
     set_param(dest, "data.dataset_dir", str(dataset_dir))
+    set_param(dest, "graph.wordnet_dir", str(SEMCOR.parent / "wordnet30"))   # the project's relative path, made absolute
     set_param(dest, "data.subsample", {"trn": trn_docs, "tst": tst_docs, "unit": "documents", "labels": labels})
     extra = dict(extra_params or {})
     if "runs" in extra:

@@ -163,28 +163,12 @@ def cmd_serve(a: argparse.Namespace) -> None:
 
 
 def cmd_registry(a: argparse.Namespace) -> None:
-    from xmc.package.registry import artifacts, find_repo
+    from xmc.package.registry import find_repo, format_listing, listing
 
     repo = find_repo()
     if repo is None:
         raise ConfigError("no DVC repository here (run inside the project or set XMC_REPO_DIR)")
-    arts = artifacts(repo)
-    names = [a.name] if a.name else sorted(arts)
-    from gto.api import show
-
-    try:
-        table = show(str(repo), table=False)
-    except Exception:  # noqa: BLE001 - no tags yet
-        table = {}
-    table = table if isinstance(table, dict) else {}
-    print(f"{'artifact':<18} {'latest':<10} {'dev':<10} {'prod':<10} workspace")
-    for n in names:
-        if n not in arts:
-            raise ConfigError(f"no artifact {n!r} in {repo / 'dvc.yaml'}")
-        r = table.get(n) or {}
-        stages = r.get("stage") or {}
-        ws = "yes" if (repo / arts[n]["path"] / "manifest.json").is_file() else "no (dvc pull " + arts[n]["path"] + ")"
-        print(f"{n:<18} {r.get('version') or '-':<10} {stages.get('dev') or '-':<10} {stages.get('prod') or '-':<10} {ws}")
+    print(format_listing(listing(repo, a.name)))
 
 
 def cmd_promote(a: argparse.Namespace) -> None:
