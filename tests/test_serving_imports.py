@@ -175,3 +175,26 @@ def test_no_import_cycles_in_the_library():
         if v not in index:
             visit(v)
     assert cycles == []
+
+
+def test_a_hybrid_package_holds_its_bases_by_hard_links_and_a_copy_predicts_alone(packages, tmp_path):
+    """One copy on disk: a hybrid's and an ensemble's packages hold their bases' files as hard links of the base
+    packages' (and those of the trained models'). A copied package is self-contained (a package reads nothing outside its
+    folder): it predicts the same from its new place."""
+    import shutil
+
+    from xmc.package import load
+
+    root, _ = packages
+    for name, base in (("astra_hybrid", "base/encoder/bow_encoder.pt"),
+                       ("ensemble_hybrid", "bases/astra/encoder/bow_encoder.pt")):
+        linked = root / name / base
+        assert linked.stat().st_ino == (root / "astra/encoder/bow_encoder.pt").stat().st_ino, name
+        assert linked.stat().st_nlink >= 3   # the trained model's file, the base package's and this one
+        texts = ["He went to the bank to deposit his pay.", "The river bank was muddy."]
+        before = load(root / name).topk(texts, k=5)
+        copy = tmp_path / name
+        shutil.copytree(root / name, copy)
+        assert copy.joinpath(base).stat().st_ino != linked.stat().st_ino   # a real copy of the bytes
+        after = load(copy).topk(texts, k=5)
+        assert (before[1] == after[1]).all() and (before[0] == after[0]).all()

@@ -18,7 +18,7 @@ __version__ = "0.1.0"
 def train(data_dir: str, method: str = "astra", out: str | None = None, **overrides: Any) -> Any:
     """Train ``method`` on the dataset folder ``data_dir`` and write its model package (default
     ``models/<method>``): see :func:`xmc.api.train`. Returns the loaded :class:`xmc.package.ModelPackage`."""
-    from xmc.api import train as _train
+    from xmc.api import train as _train   # imported on call: `import xmc` stays free of torch and the training code
 
     return _train(data_dir, method=method, out=out, **overrides)
 
@@ -27,6 +27,6 @@ def load(model: str, **kwargs: Any) -> Any:
     """A model package by path or registry name (``astra``, ``astra#prod``, ``astra@v1.2.0``): see
     :func:`xmc.package.registry.resolve`. Returns a :class:`xmc.package.ModelPackage`; imported lazily so that
     ``import xmc`` stays free of torch and faiss."""
-    from xmc.package.registry import load_model
+    from xmc.package.registry import load_model   # imported on call: `import xmc` stays free of torch and faiss
 
     return load_model(model, **kwargs)

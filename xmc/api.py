@@ -110,20 +110,31 @@ def train(data_dir: str | Path, method: str = "astra", out: str | Path | None = 
         if len(ds.label_texts) > params["index"]["auto_exact_max"] \
                 and impl.predictor_kind in ("dense", "unidec") and "tfidf" not in needed:
             needed.append("tfidf")   # above auto_exact_max the package may rank a TF-IDF shortlist
-        if "maclr_pairs" in needed or "tfidf" in needed:
-            needed = ["tfidf", *[f for f in needed if f != "tfidf"]]
         for feature in dict.fromkeys(needed):
             BUILDERS[feature](params, ws)
         train_run(params, run, ws)
         splits = ("val", "tst") if len(ds.tst) else ("val",)   # test metrics when the folder has a test split
         package_run(params, method, ws, splits=splits)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(ws.package(method), out)
+        _put_in_place(ws.package(method), out)
         return load(out)
     finally:
         if not keep_work and work_dir is None:
             shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _put_in_place(package: Path, out: Path) -> None:
+    """Move the finished package to ``out``; a package already there is replaced only once the new one is in place
+    (a kill in between leaves one of the two whole, never a mix)."""
+    old = out.parent / f".{out.name}.replaced-{os.getpid()}"
+    if out.exists():
+        os.replace(out, old)
+    try:
+        os.replace(package, out)
+    except BaseException:
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 __all__ = ["read_config", "settings_for", "train"]

@@ -15,11 +15,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+import yaml
+
 from xmc.errors import ConfigError
+
+# Each command imports what it needs when it runs (the package loader and torch, the training code, FastAPI, the
+# registry), so that `xmc --help` and a mistyped argument answer in a fraction of a second.
 
 
 def _serve_defaults() -> dict[str, Any]:
@@ -41,8 +47,6 @@ def _serve_defaults() -> dict[str, Any]:
 
 def _set_override(text: str) -> dict[str, Any]:
     """``key.path=value`` (the value read as YAML: numbers, booleans, lists) -> a nested override."""
-    import yaml
-
     key, sep, value = text.partition("=")
     if not sep or not key.strip() or any(not part for part in key.strip().split(".")):
         raise ConfigError(f"--set {text!r}: expected key.path=value (e.g. train.epochs=8)")
@@ -279,8 +283,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    import os
-
     os.environ.setdefault("TQDM_DISABLE", "1")  # before tqdm is imported: no per-batch bars in predictions
     from xmc.config import run_entry_point
 

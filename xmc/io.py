@@ -14,12 +14,22 @@ import re
 import shutil
 import signal
 import tempfile
+import zipfile
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from xmc.errors import ConfigError
+import numpy as np
+import yaml
+
+from xmc.errors import ConfigError, DataFormatError
+from xmc.yaml12 import fast_yaml_loader
+
+try:   # optional (a dependency of prefect): the parser of large JSON files where it is installed
+    import orjson
+except ImportError:
+    orjson = None  # type: ignore[assignment]
 
 _protected_inputs: set[Path] = set()
 
@@ -76,10 +86,6 @@ def _declared_paths(repo: Path, stamp: tuple[tuple[str, float], ...]
     ``${...}`` resolved from params.yaml and foreach keys, paths taken from each stage's ``wdir``.
 
     Only what can be resolved cheaply is kept: paths with unresolved templates are dropped."""
-    import yaml
-
-    from xmc.yaml12 import fast_yaml_loader
-
     def load(path: Path) -> dict:
         return yaml.load(path.read_text(encoding="utf-8"), Loader=fast_yaml_loader()) or {}
 
@@ -294,10 +300,6 @@ def save_npz_deterministic(path: str | Path, compress: bool = True, **arrays: An
     numpy stamps each zip entry with the current time, so the same content hashes
     differently on every run and DVC would rerun everything downstream.
     """
-    import zipfile
-
-    import numpy as np
-
     with atomic_file(path, "wb") as fh:
         with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED) as zf:
             for name, arr in arrays.items():
@@ -309,8 +311,6 @@ def save_npz_deterministic(path: str | Path, compress: bool = True, **arrays: An
 
 def save_csr(path: str | Path, matrix: Any) -> None:
     """Deterministic CSR writer readable by ``scipy.sparse.load_npz``."""
-    import numpy as np
-
     m = matrix.tocsr()
     m.sort_indices()
     save_npz_deterministic(path, indices=m.indices, indptr=m.indptr, format=np.array(b"csr"),
@@ -320,9 +320,7 @@ def save_csr(path: str | Path, matrix: Any) -> None:
 def load_tensors(path: str | Path, map_location: str = "cpu") -> Any:
     """A saved state dict (tensors and plain data) with ``weights_only=True``; a corrupt, truncated or
     pickled-object file is a one-line :class:`~xmc.errors.DataFormatError`, never code that runs."""
-    import torch
-
-    from xmc.errors import DataFormatError
+    import torch   # imported here: xmc.io serves the stages that never load torch (ingest, validate, tfidf, ...)
 
     path = Path(path)
     if not path.is_file():
@@ -342,9 +340,7 @@ _UNPARSED = object()
 
 
 def _fast_json(path: Path) -> Any:
-    try:
-        import orjson
-    except ImportError:
+    if orjson is None:
         return _UNPARSED
     try:
         return orjson.loads(path.read_bytes())
@@ -354,8 +350,6 @@ def _fast_json(path: Path) -> Any:
 
 def read_json_file(path: str | Path, what: str = "a JSON file") -> Any:
     """JSON from ``path`` with a one-line error naming the file (and line) when it is missing or malformed."""
-    from xmc.errors import DataFormatError
-
     path = Path(path)
     try:
         if path.stat().st_size > _LARGE_JSON:

@@ -42,7 +42,7 @@ def vector_isa() -> str:
 
 def matmul_gflops(seconds: float = 0.5, n: int = 2048) -> float:
     """float32 matrix-product rate of torch on this process's threads (best of repeated n x n products)."""
-    import torch
+    import torch   # imported here: set_threads must be able to run before torch loads (and without it)
 
     a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b   # warm-up: thread pool and kernels
@@ -56,7 +56,7 @@ def matmul_gflops(seconds: float = 0.5, n: int = 2048) -> float:
 
 def describe_machine(measure: bool = True) -> dict[str, Any]:
     """CPU model, cores, vector extension, torch threads and (``measure``) the matrix-product rate."""
-    import torch
+    import torch   # imported here: set_threads must be able to run before torch loads (and without it)
 
     out: dict[str, Any] = {"cpu": cpu_model(), "cores": os.cpu_count(), "vector_isa": vector_isa(),
                            "torch_threads": torch.get_num_threads()}

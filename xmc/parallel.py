@@ -1,7 +1,8 @@
 """This process's place in a data-parallel run (``torch.distributed``), without the training code.
 
-Encoders and the ANN refresh ask whether they run under an initialised process group; the trainer
-(:mod:`xmc.trainer.distributed`) adds gathers, sharding and gradient reduction on top of this.
+Encoders and the ANN refresh ask whether they run under an initialised process group, and the samplers split and
+gather their work (:func:`shard_bounds`, :func:`gather_rows`); the trainer (:mod:`xmc.trainer.distributed`) adds
+sharded encoders and gradient reduction on top of this.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn.functional as dfn
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,30 @@ def initialised_context() -> DistContext | None:
     return None
 
 
+def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
+    """Contiguous share ``[lo, hi)`` of ``n`` items for ``rank`` (the first ``n % world`` ranks take one more)."""
+    base, extra = divmod(n, world)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+def gather_rows(local: torch.Tensor, n: int, world: int) -> torch.Tensor:
+    """All ranks' shares of an ``n``-row tensor, in rank order, with gradients flowing back to each share."""
+    rows = -(-n // world)   # all_gather needs equal shapes: pad each share to ceil(n / world) rows
+    pad = rows - local.shape[0]
+    padded = torch.cat([local, local.new_zeros((pad, *local.shape[1:]))]) if pad else local
+    if torch.is_grad_enabled() and padded.requires_grad:
+        parts = dfn.all_gather(padded)
+    else:
+        parts = [torch.empty_like(padded) for _ in range(world)]
+        dist.all_gather(parts, padded.contiguous())
+    out = []
+    for r, part in enumerate(parts):
+        lo, hi = shard_bounds(n, world, r)
+        out.append(part[: hi - lo])
+    return torch.cat(out)
+
+
 def init_from_env(backend: str = "auto") -> DistContext:
     """Join the process group torchrun describes (no-op for one process); gloo on CPU, NCCL with CUDA."""
     ctx = context()
@@ -55,4 +81,4 @@ def init_from_env(backend: str = "auto") -> DistContext:
     return context()
 
 
-__all__ = ["DistContext", "context", "init_from_env", "initialised_context"]
+__all__ = ["DistContext", "context", "gather_rows", "init_from_env", "initialised_context", "shard_bounds"]

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.errors import ConfigError
 from xmc.io import save_npz_deterministic
 
 
@@ -89,8 +90,6 @@ PREDICTED_SPLITS = ("val", "tst")
 
 def run_and_splits(argv: list[str], usage: str) -> tuple[str, tuple[str, ...]]:
     """``<run> [val] [tst]`` of a prediction stage's command line (default: both splits)."""
-    from xmc.errors import ConfigError
-
     if not argv:
         raise ConfigError(f"usage: {usage}")
     name, splits = argv[0], tuple(argv[1:]) or PREDICTED_SPLITS

@@ -20,7 +20,13 @@ import threading
 import time
 from typing import Any
 
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
 from xmc.errors import ConfigError
+from xmc.package.registry import load_model
 
 log = logging.getLogger("xmc.serve")
 
@@ -39,9 +45,6 @@ def is_loopback(host: str) -> bool:
 
 def create_app(pkg: Any, limits: dict[str, int] | None = None, token: str | None = None) -> Any:
     """The FastAPI application serving ``pkg`` (a loaded :class:`xmc.package.ModelPackage`)."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
     lim = {**DEFAULT_LIMITS, **(limits or {})}
     # a request may not carry more than its texts allow (JSON escapes included), so a huge body is refused unread
     max_body = lim["max_texts"] * (lim["max_chars"] * 6 + 16) + 4096
@@ -112,7 +115,6 @@ def create_app(pkg: Any, limits: dict[str, int] | None = None, token: str | None
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= lim["max_k"]:
             return error(422, f"'k' must be an integer in [1, {lim['max_k']}] (got {json.dumps(k)[:40]})")
         t0 = time.perf_counter()
-        from starlette.concurrency import run_in_threadpool
 
         def run() -> Any:
             with model_lock:
@@ -129,10 +131,6 @@ def create_app(pkg: Any, limits: dict[str, int] | None = None, token: str | None
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, limits: dict[str, int] | None = None,
           token_env: str = "XMC_SERVE_TOKEN", expect_labels: str | None = None) -> None:
     """Load ``model`` (a package folder or registry name) and serve it until interrupted."""
-    import uvicorn
-
-    from xmc.package.registry import load_model
-
     token = os.environ.get(token_env) or None
     if not is_loopback(host):
         if token is None:

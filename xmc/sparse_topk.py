@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
+from tqdm import tqdm
 
 from xmc.predictions import TopK
 
@@ -197,8 +198,6 @@ def iter_sparse_product_topk(A: sp.spmatrix, B: sp.spmatrix | None, k: int, *, z
         BT = transposed_operand(B)   # once: a CSC right operand would be converted again in every matmul
     blocks = row_blocks(A, BT, max_rows, nnz_budget)
     if desc is not None:
-        from tqdm import tqdm
-
         blocks = tqdm(blocks, desc=desc, unit="chunk", leave=False)
     for s, e in blocks:
         yield s, csr_topk(A[s:e] @ BT, k, zeros_are_candidates)

@@ -46,11 +46,15 @@ import json
 import lzma
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
+import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -304,9 +308,6 @@ def pack_faiss_gpu(path: Path) -> None:
     Fortran runtime); ``blas_shim.c`` forwards faiss's BLAS/LAPACK calls to the OpenBLAS inside the image's scipy.
     ``libfaiss.so`` keeps only the sm_90 code (199 MB with six architectures; 13 MB compressed with one).
     ``lab/bench/faiss_gpu/env.sh`` sets the machine up."""
-    import tempfile
-    import zipfile
-
     from lab.bench.faiss_gpu.fatbin import keep_only
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -452,8 +453,6 @@ def faiss_check(out: Path, large: int = 1_000_000) -> dict[str, Any]:
         row["overlap_with_cpu_exact"] = round(_overlap(ids_gpu, truth[(n, d)]), 5)
         if not res["cases"]:
             # ASTRA and UniDEC build and search their mining index in a background thread while the GPU trains
-            import threading
-
             import torch
 
             box: dict[str, Any] = {}
@@ -819,8 +818,6 @@ def _print_pairs(paired: list[dict[str, Any]], against: list[dict[str, Any]]) ->
 def epoch_seconds(log: str) -> list[int]:
     """The seconds of each finished epoch in a run's log, from its progress bars ("epoch 3/75: 100%|...| 28/28
     [00:16<00:00, ...]"); a repeated final bar counts once."""
-    import re
-
     out: dict[int, int] = {}
     for m in re.finditer(r"epoch (\d+)/\d+: 100%\|[^|]*\|[^\[]*\[(?:(\d+):)?(\d+):(\d+)<", log):
         h, mi, se = (int(x) if x else 0 for x in m.group(2, 3, 4))
@@ -839,8 +836,6 @@ def collect(dirs: list[Path], peers: tuple[str, ...] = ("xr_linear",), keep: boo
     With ``keep``, the calls and rows already in ``lab/bench/gpu_profiles.json`` (earlier leases) stay, the new
     calls are numbered after them, and a variant's metrics files are replaced only by a row of at least as many
     epochs as they record."""
-    import tempfile
-
     from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap
 
     out_json = bench_json()
@@ -918,8 +913,6 @@ def refuse(dirs: list[Path], calls: list[int], peers: tuple[str, ...] = ("xr_lin
     follow without a new lease. Only the runs that ``lab/bench/gpu/metrics`` records (``_recorded_call``) are re-fused;
     their hybrid metrics, per-instance files, the rows' fusion notes and their paired tests are replaced; the
     runs' own rows and metrics stay as they are."""
-    import tempfile
-
     out_json = bench_json()
     result = json.loads(out_json.read_text())
     if len(dirs) != len(calls):

@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 BENCH = Path(__file__).resolve().parent
 
@@ -33,8 +34,6 @@ BENCH = Path(__file__).resolve().parent
 def stock_fit_and_save(trn: list[str], val: list[str], lbl: list[str], params: dict[str, Any], out: Path) -> tuple[float, float, int]:
     """scikit-learn's own fit then transform, saved by the stage's ``TfidfFeatures.save`` with the sorting json dump
     of the vocabulary in place of ``vocabulary_json``."""
-    from unittest import mock
-
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     from xmc.baselines.tfidf import TfidfFeatures, _vectorizer

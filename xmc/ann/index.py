@@ -47,12 +47,15 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 from typing import Any, Callable
 
+import faiss
 import numpy as np
 
-from xmc.errors import ConfigError
+from xmc.config.schema import IndexConfig, filled
+from xmc.errors import ConfigError, DataFormatError
 from xmc.io import atomic_dir
 
 log = logging.getLogger(__name__)
@@ -77,8 +80,6 @@ def exact_top_ids(queries: np.ndarray, vectors: np.ndarray, k: int, block: int =
     """Exact top-k ids by inner product (m x k, best first, -1 pads), reading ``vectors`` ``block`` rows at a time
     (float16 or memory-mapped arrays are converted a block at a time, never copied whole): faiss' brute-force
     search per block, the blocks' top-k merged."""
-    import faiss
-
     q = np.ascontiguousarray(queries, dtype=np.float32)
     m = len(q)
     best_s = np.full((m, 0), -np.inf, np.float32)
@@ -125,8 +126,6 @@ def first_reaching(ladder: list[int], recall_at: Callable[[int], float], target:
 def gpu_available() -> bool:
     """Whether faiss can put an index on a GPU; ``XMC_FAISS_GPU=0`` keeps every ``auto`` index on the CPU (e.g.
     when the GPU's memory is the training's)."""
-    import faiss
-
     if os.environ.get("XMC_FAISS_GPU", "").strip() == "0":
         return False
     return hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
@@ -175,8 +174,6 @@ class ANNIndex:
     def from_params(cls, icfg: dict[str, Any] | None) -> ANNIndex:
         """An (unbuilt) index from the params ``index`` section (kind, hnsw_m, ef_search, nprobe; partial: the
         schema's defaults fill the rest)."""
-        from xmc.config.schema import IndexConfig, filled
-
         icfg = filled(IndexConfig, icfg, "index")
         return cls(kind=icfg["kind"], hnsw_m=icfg["hnsw_m"], ef_search=icfg["ef_search"], nprobe=icfg["nprobe"],
                    auto_exact_max=icfg["auto_exact_max"], storage=icfg["storage"],
@@ -211,8 +208,6 @@ class ANNIndex:
         """Index ``vectors`` (n x d, any float dtype, in memory or memory-mapped), added ``block`` rows at a time.
         With ``queries`` (a sample of what it will serve, e.g. training queries) and a ``recall_target``, an
         approximate index then sets its search width by :meth:`calibrate` (recall@``recall_k``)."""
-        import faiss
-
         if self.threads:
             faiss.omp_set_num_threads(self.threads)
         if vectors.ndim != 2:
@@ -314,8 +309,6 @@ class ANNIndex:
     def _exact_truth(self, queries: np.ndarray, vectors: np.ndarray,
                      k: int) -> tuple[tuple[np.ndarray, np.ndarray], float]:
         """((calibration queries, their exact top-k ids), seconds the exact search took)."""
-        import time
-
         q = self._calibration_queries(queries)
         t0 = time.perf_counter()
         truth = exact_top_ids(q, vectors, max(1, min(k, len(vectors))))
@@ -332,10 +325,6 @@ class ANNIndex:
         and the full time is extrapolated from the two (samples that fit in the cache make it an underestimate,
         which errs towards building the index). ``skip`` when the target needs every list, or when the estimate is
         no faster than the exact search measured on the same queries."""
-        import time
-
-        import faiss
-
         n = len(vectors)
         q, _ = q_truth
         m = len(q)
@@ -426,7 +415,6 @@ class ANNIndex:
         then exact search (``exact_fallback``)."""
         if self.kind not in CALIBRATED_KINDS:
             raise ValueError(f"calibrate: a {self.kind} index has no search width")
-        import time
 
         q = self._calibration_queries(queries)
         m = len(q)
@@ -521,8 +509,6 @@ class ANNIndex:
             self.recall_target = target
 
     def _apply_search_params(self) -> None:
-        import faiss
-
         if self.kind == "hnsw":
             self.index.hnsw.efSearch = max(self.ef_search, 1)
         elif self.kind == "pq":
@@ -535,8 +521,6 @@ class ANNIndex:
 
     def vectors(self) -> np.ndarray:
         """The indexed vectors (flat storage of every kind here; IVF gets its direct map made first)."""
-        import faiss
-
         index = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index
         if self.kind == "ivf":
             index.make_direct_map()
@@ -574,8 +558,6 @@ class ANNIndex:
         return D.astype(np.float32), I.astype(np.int64)
 
     def save(self, path: str | Path) -> None:
-        import faiss
-
         index = faiss.index_gpu_to_cpu(self.index) if self.on_gpu else self.index
         with atomic_dir(path) as tmp:
             faiss.write_index(index, str(tmp / "index.faiss"))
@@ -583,12 +565,9 @@ class ANNIndex:
 
     @classmethod
     def load(cls, path: str | Path, use_gpu: str | bool = "auto") -> ANNIndex:
-        import faiss
-
         path = Path(path)
         if not (path / "index.faiss").exists():
             raise ConfigError(f"{path / 'index.faiss'}: index not found")
-        from xmc.errors import DataFormatError
 
         try:
             settings = json.loads((path / "index.json").read_text(encoding="utf-8"))

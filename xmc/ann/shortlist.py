@@ -16,6 +16,9 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+import torch
+
+from xmc.sparse_topk import sparse_product_topk, transposed_operand
 
 
 def shortlist_candidates(X_query: sp.csr_matrix, X_label: sp.csr_matrix | None, shortlist_k: int,
@@ -23,8 +26,6 @@ def shortlist_candidates(X_query: sp.csr_matrix, X_label: sp.csr_matrix | None, 
     """Per query row, the ids of its (at most) ``shortlist_k`` labels of highest TF-IDF cosine among the labels
     sharing a term with it, best first; -1 pads rows with fewer (a query sharing no term gets none).
     ``X_label_T``: ``X_label`` already transposed (:func:`xmc.sparse_topk.transposed_operand`)."""
-    from xmc.sparse_topk import sparse_product_topk
-
     top = sparse_product_topk(X_query, X_label, shortlist_k, zeros_are_candidates=False, BT=X_label_T)
     ids = top.indices.astype(np.int64)
     return np.where(np.isfinite(top.scores), ids, -1)
@@ -67,8 +68,6 @@ SMALL_FULL_SEARCH = 256
 def full_search(queries: np.ndarray, vectors: np.ndarray, k: int, block: int = 131072) -> tuple[np.ndarray, np.ndarray]:
     """Exact top-``k`` over every label for a few texts: (scores, ids), best first (ties as torch.topk orders
     them); ``vectors`` float32 (n x d), read ``block`` rows at a time."""
-    import torch
-
     q = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
     kk = min(k, len(vectors))
     best_s, best_i = [], []
@@ -92,7 +91,6 @@ class TfidfShortlist:
     def __init__(self, vectorizer: Any, X_label: sp.csr_matrix, shortlist_k: int) -> None:
         if shortlist_k <= 0:
             raise ValueError(f"shortlist_k must be positive, got {shortlist_k}")
-        from xmc.sparse_topk import transposed_operand
 
         self.vectorizer, self.shortlist_k = vectorizer, int(shortlist_k)
         self.X_label_T = transposed_operand(X_label)   # once, not per batch of texts

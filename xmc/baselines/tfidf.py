@@ -12,6 +12,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer, TfidfVectorizer
 
+from xmc.config.schema import TfidfConfig, filled
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, save_csr, save_npz_deterministic
 from xmc.predictions import TopK, topk_from_scores
@@ -55,8 +56,6 @@ class _TfidfVectorizer(TfidfVectorizer):
 def _vectorizer(params: dict[str, Any] | None, vocabulary: dict[str, int] | None = None) -> TfidfVectorizer:
     """The vectoriser of a params ``tfidf`` section or of saved ``settings.json`` (partial: the schema's defaults
     fill the rest; ``stop_words`` and ``token_pattern``, when not given, are scikit-learn's own defaults)."""
-    from xmc.config.schema import TfidfConfig, filled
-
     cfg = filled(TfidfConfig, params, "tfidf")
     return _TfidfVectorizer(
         ngram_range=(1, cfg["ngram_max"]),
@@ -131,8 +130,6 @@ def vocabulary_json(vocabulary: dict[str, int]) -> str:
 
 def fit_tfidf(trn_texts: list[str], val_texts: list[str] | None, lbl_texts: list[str], params: dict[str, Any]) -> TfidfFeatures:
     """Fit one vectoriser on training instance texts plus label texts (never on validation or test texts)."""
-    from xmc.config.schema import TfidfConfig, filled
-
     vec = _vectorizer(params)
     # Training and label texts are tokenised once: the counts that fit the vocabulary and idf are the rows
     # returned (``fit`` then ``transform`` tokenised them twice: 1.43x slower at 10^5 texts). The counts'

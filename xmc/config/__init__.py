@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import signal
 import sys
+import threading
+import time
+import zipfile
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from xmc.config.params import validate_params
+from xmc.config.schema import ParamsError
 from xmc.errors import ConfigError, XMCError
+from xmc.io import pid_alive, protect_inputs
+from xmc.logs import setup_logging as _setup
+from xmc.yaml12 import DuplicateKey, fast_yaml_loader, line_of, yaml_key_lines
 
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
@@ -35,8 +47,6 @@ MAX_PARAMS_BYTES = 4 << 20
 
 def read_params_file(path: str | Path) -> tuple[Any, dict[tuple[str, ...], int]]:
     """A params file parsed (YAML 1.2 booleans, as DVC reads it) with the line of every key; one-line errors."""
-    from xmc.yaml12 import DuplicateKey, fast_yaml_loader, yaml_key_lines
-
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"{p}: params file not found (run from the repository root)")
@@ -61,8 +71,6 @@ def read_params_file(path: str | Path) -> tuple[Any, dict[tuple[str, ...], int]]
 
 def problems_error(path: str | Path, lines: dict[tuple[str, ...], int], problems: list) -> ConfigError:
     """One line per problem: ``<file>:<line>: <key path>: <problem>``."""
-    from xmc.yaml12 import line_of
-
     msgs = []
     for loc, msg in problems:
         line = line_of(lines, loc)
@@ -75,10 +83,6 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
     """The product's ``params.yaml`` checked (:func:`xmc.config.params.validate_params`): typed, ranges checked,
     defaults filled, every run resolved against its method's defaults. Every problem is one line:
     ``params.yaml:<line>: <key path>: <problem>``."""
-    from xmc.config.schema import ParamsError
-    from xmc.config.params import validate_params
-    from xmc.io import protect_inputs
-
     raw, lines = read_params_file(path)
     try:
         params = validate_params(raw)
@@ -92,8 +96,6 @@ def load_params(path: str | Path = "params.yaml") -> dict[str, Any]:
 
 def setup_logging(level: str = "INFO") -> None:
     """The stages' logging (:func:`xmc.logs.setup_logging`): readable lines, or JSON lines with XMC_LOG_FORMAT=json."""
-    from xmc.logs import setup_logging as _setup
-
     _setup(level)
 
 
@@ -106,11 +108,6 @@ EXIT_INTERRUPTED = 130
 
 def describe_error(e: BaseException) -> tuple[str, int]:
     """(one line for a person, exit code) for any exception a stage can raise."""
-    import errno
-    import json
-    import zipfile
-    import zlib
-
     def one_line(s: str) -> str:
         s = " ".join(str(s).split())
         return s if len(s) <= 500 else s[:497] + "..."
@@ -146,8 +143,6 @@ def _watch_parent() -> None:
     """Under ``dvc repro`` (``DVC_STAGE`` set) or torchrun: stop when dvc (or the launcher) dies. A ``kill -9`` of dvc would otherwise leave
     this stage running as an orphan next to the writer a rerun starts. Outputs are atomic, so stopping
     here leaves only temporaries, which the next run removes."""
-    import threading
-
     def parent_chain() -> list[int]:
         chain = [os.getppid()]
         try:  # dvc runs the command through $SHELL -c; if the shell did not exec, watch dvc behind it
@@ -159,14 +154,9 @@ def _watch_parent() -> None:
             pass
         return chain
 
-    from xmc.io import pid_alive
-
     watched = parent_chain()
 
     def loop() -> None:
-        import signal
-        import time
-
         while True:
             time.sleep(1.0)
             if os.getppid() != watched[0] or not all(pid_alive(p) for p in watched):

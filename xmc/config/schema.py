@@ -20,6 +20,8 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
+from xmc.errors import ConfigError
+
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
 PosFloat = Annotated[float, Field(gt=0)]
@@ -779,8 +781,6 @@ def _check(model: type[BaseModel], data: Any, prefix: tuple[Any, ...]) -> tuple[
 def filled(model: type[BaseModel], cfg: dict[str, Any] | None, where: str = "") -> dict[str, Any]:
     """``cfg`` (a params section, possibly partial) typed against ``model`` with its defaults filled: what a
     library builder reads, so the defaults live in this schema only. A problem is one ConfigError line per key."""
-    from xmc.errors import ConfigError
-
     validated, errs = _check(model, cfg, ())
     if validated is None:
         prefix = f"{where}." if where else ""

@@ -21,6 +21,10 @@ training split by document group (:func:`split_validation`).
 from __future__ import annotations
 
 import json
+import logging
+import shutil
+import zipfile
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +33,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.data.columns import TextColumn, read_columns_manifest, write_columns_manifest, write_text_column
+from xmc.data.lines import check_regular_file, iter_decoded_lines
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, save_csr, sha256_files
 
@@ -129,8 +135,6 @@ def save_processed(ds: XMCDataset, out_dir: str | Path, side_files: dict[str, Pa
 
     ``side_files`` (name -> source path) are copied into ``out_dir/label_side/``, which always exists (with a
     ``manifest.json`` of what it holds), so a stage can depend on it whatever the dataset ships."""
-    import shutil
-
     out_dir = Path(out_dir)
     if ds.val is None:
         raise ValueError("a processed dataset needs a validation split (see split_validation)")
@@ -165,8 +169,6 @@ def save_processed(ds: XMCDataset, out_dir: str | Path, side_files: dict[str, Pa
 
 
 def _write_columns(tmp: Path, ds: XMCDataset) -> None:
-    from xmc.data.columns import write_columns_manifest, write_text_column
-
     cols = tmp / "columns"
     sources, rows = {}, {}
     for name in SPLITS:
@@ -184,14 +186,10 @@ def _write_columns(tmp: Path, ds: XMCDataset) -> None:
 
 def _column_dir(in_dir: Path, part: str) -> Path | None:
     """The columns of ``part`` when they were written from the record file now in ``in_dir`` (else None: parse it)."""
-    from xmc.data.columns import read_columns_manifest
-
     manifest = read_columns_manifest(in_dir / "columns")
     if not manifest or part not in manifest.get("sources_sha256", {}):
         return None
     if manifest["sources_sha256"][part] != sha256_files([in_dir / f"{part}.jsonl"]):
-        import logging
-
         logging.getLogger(__name__).warning("%s changed after its columns were written: reading the JSON lines",
                                             in_dir / f"{part}.jsonl")
         return None
@@ -202,8 +200,6 @@ def _read_part(in_dir: Path, part: str) -> tuple[Sequence[str], Sequence[str], S
     """(uids, texts, groups or None) of one part: memory-mapped columns when current, else the parsed JSON lines."""
     d = _column_dir(in_dir, part)
     if d is not None:
-        from xmc.data.columns import TextColumn
-
         uids, texts = TextColumn(d, "uid"), TextColumn(d, "text")
         if len(uids) != len(texts):
             raise DataFormatError(d / "text.off.npy", None, f"{len(texts)} texts but {len(uids)} uids; rerun the ingest stage")
@@ -220,8 +216,6 @@ def _read_part(in_dir: Path, part: str) -> tuple[Sequence[str], Sequence[str], S
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     """A processed JSON-lines file: one object with a string ``uid`` and ``text`` per line."""
-    from xmc.data.formats import iter_decoded_lines
-
     rows = []
     for i, line in iter_decoded_lines(path):
         try:
@@ -290,11 +284,6 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS, without
 
 
 def _load_csr(path: Path) -> sp.csr_matrix:
-    import zipfile
-    import zlib
-
-    from xmc.data.formats import check_regular_file
-
     check_regular_file(path)
     try:
         Y = sp.load_npz(path).tocsr()

@@ -16,8 +16,10 @@ import torch
 from torch import nn
 from tqdm import tqdm
 
-from xmc.config.schema import EncoderConfig, filled
+import xmc.encoders.cache as encode_cache
 from xmc.errors import ConfigError
+from xmc.lexical.names import LABEL_TEXT_VIEWS, label_text_view
+from xmc.parallel import initialised_context
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +38,9 @@ class TextEncoder(nn.Module):
         """``texts`` as the ``side`` reads them: label texts cut to :attr:`label_text`, queries as given."""
         if side != "label" or self.label_text == "full":
             return texts
-        from xmc.lexical.names import label_text_view
-
         return [label_text_view(t, self.label_text) for t in texts]
 
     def set_label_text(self, view: str) -> TextEncoder:
-        from xmc.lexical.names import LABEL_TEXT_VIEWS
-
         if view not in LABEL_TEXT_VIEWS:
             raise ConfigError(f"encoder.label_text must be one of {', '.join(LABEL_TEXT_VIEWS)} (got {view!r})")
         self.label_text = view
@@ -74,9 +72,6 @@ class TextEncoder(nn.Module):
                out: np.ndarray | None = None) -> np.ndarray:
         """Embeddings as float32 numpy, in eval mode (no dropout), batched; written into ``out`` when given (any
         float dtype, e.g. a float16 memory-mapped file for 10^6 labels: no whole float32 copy is made)."""
-        from xmc.encoders import cache as encode_cache
-        from xmc.parallel import initialised_context
-
         store, key = encode_cache.active(), None
         # not under data parallelism: a rank that hits while another misses would skip the misser's gathers
         if out is None and store is not None and len(texts) >= store.min_texts and initialised_context() is None:
@@ -104,59 +99,3 @@ class TextEncoder(nn.Module):
 
     def save(self, path: str | Path) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def build_encoder(cfg: dict[str, Any] | None) -> TextEncoder:
-    """Encoder from a params.yaml ``encoder`` section (partial: the schema's defaults fill the rest)."""
-    from xmc.encoders.bow import HashedBagOfWordsEncoder
-    from xmc.encoders.transformer import TransformerEncoder
-
-    cfg = filled(EncoderConfig, cfg, "encoder")
-    if cfg["kind"] == "transformer":
-        enc: TextEncoder = TransformerEncoder(
-            model_dir=cfg["model_dir"],
-            pooling=cfg["pooling"],
-            max_len_query=cfg["max_len_query"],
-            max_len_label=cfg["max_len_label"],
-            tied=cfg["tied"],
-            dropout=cfg["dropout"],
-            freeze_embeddings=cfg["freeze_embeddings"],
-            label_text=cfg["label_text"],
-        )
-        return enc
-    enc = HashedBagOfWordsEncoder(   # kind is "transformer" or "bow" (the schema refuses any other)
-        dim=cfg["dim"],
-        n_buckets=cfg["n_buckets"],
-        ngram_max=cfg["ngram_max"],
-        tied=cfg["tied"],
-        dropout=cfg["dropout"],
-        seed=cfg["seed"],
-        label_text=cfg["label_text"],
-    )
-    return enc
-
-
-def load_encoder(path: str | Path, trainable: bool = False, untouched: str = "zero") -> TextEncoder:
-    """Load an encoder saved by ``TextEncoder.save`` (reads ``xmc_encoder.json``). ``trainable``: to train it further
-    (a bag-of-words encoder is stored for prediction, its untouched rows rebuilt for training). ``untouched``: a
-    bag-of-words encoder's buckets training never moved, ``zero`` or ``init`` (:meth:`HashedBagOfWordsEncoder.load`)."""
-    from xmc.encoders.bow import HashedBagOfWordsEncoder
-    from xmc.encoders.transformer import TransformerEncoder
-
-    path = Path(path)
-    cfg_path = path / "xmc_encoder.json"
-    if not cfg_path.exists():
-        raise ConfigError(f"{cfg_path}: not a saved encoder folder (missing xmc_encoder.json)")
-    from xmc.io import read_json_file
-
-    cfg = read_json_file(cfg_path, "an encoder description")
-    kind = cfg.get("kind") if isinstance(cfg, dict) else None
-    if kind not in ("transformer", "bow"):
-        raise ConfigError(f"{cfg_path}: unknown encoder kind {kind!r} (expected transformer or bow)")
-    enc = TransformerEncoder.load(path) if kind == "transformer" else HashedBagOfWordsEncoder.load(
-        path, untouched=untouched, trainable=trainable)
-    view = cfg["label_text"] if "label_text" in cfg else "full"   # folders saved before the knob: the full text
-    try:
-        return enc.set_label_text(view)
-    except ConfigError:
-        raise ConfigError(f"{cfg_path}: label_text must be one of full, names, description (got {view!r})") from None

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmc import native
 from xmc.encoders.base import SIDES, TextEncoder
 from xmc.errors import DataFormatError
 from xmc.io import load_tensors, read_json_file
@@ -50,8 +51,6 @@ def hashed_ngrams_many(texts: Sequence[str], n_buckets: int, ngram_max: int = 2)
     ASCII texts go to a C loop (``xmc/native/ngram_hash.c``: the same tokens, n-grams and CRC-32) in one call; the
     others, and every text where no C compiler is found, go through :func:`hashed_ngrams`. The ids are equal either
     way (``tests/test_native.py``)."""
-    from xmc import native
-
     n = len(texts)
     counts = np.zeros(n, np.int64)
     parts: list[np.ndarray | None] = [None] * n

@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+
+from xmc.io import atomic_file
 
 
 @dataclass
@@ -46,8 +49,6 @@ class EncodeCache:
         return arr
 
     def put(self, key: str, arr: np.ndarray) -> None:
-        from xmc.io import atomic_file
-
         with atomic_file(self.path(key), "wb", encoding=None) as f:
             np.save(f, arr)
         entries = sorted(self.directory.glob("*.npy"), key=lambda p: p.stat().st_mtime)   # oldest use first
@@ -92,8 +93,7 @@ def encoding_key(encoder: Any, texts: list[str], side: str) -> str | None:
     describe (only the transformer encoder is cached: a bag-of-words encoding costs less than hashing its table)."""
     if getattr(encoder, "kind", "") != "transformer":
         return None
-    import torch
-    import transformers
+    import transformers   # imported here: about 1 s, and only a transformer encoder's key needs its version
 
     h = hashlib.sha256()
     model = encoder.query_model if side == "query" else encoder.label_model

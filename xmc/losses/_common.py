@@ -5,7 +5,8 @@ import torch
 NEG_INF = -1e4  # finite "minus infinity": keeps logsumexp and bisection bounds finite
 
 
-def prepare(scores: torch.Tensor, positives: torch.Tensor, valid: torch.Tensor | None, temperature: float):
+def prepare(scores: torch.Tensor, positives: torch.Tensor, valid: torch.Tensor | None,
+            temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # bf16/fp16 scores are promoted to fp32 for a stable logsumexp; fp64 stays fp64
     logits = scores.to(torch.promote_types(scores.dtype, torch.float32)) / temperature
     pos = positives.bool()

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dfn
 from torch import nn
 
 from xmc.losses._common import NEG_INF, mean_over_positives, prepare
@@ -105,9 +107,6 @@ class DecoupledSoftmaxLoss(nn.Module):
         """The same loss when this rank holds only a slice of the label columns (all-labels mode across ranks):
         the negatives' log-sum-exp is combined from every rank's partial one, and the per-query sums over
         positives are summed across ranks, both with autograd collectives; every rank returns the global loss."""
-        import torch.distributed as dist
-        import torch.distributed.nn.functional as dfn
-
         logits, pos, valid = prepare(scores, positives, valid, self.temperature)
         neg = valid & ~pos
         local_lse = torch.logsumexp(logits.masked_fill(~neg, NEG_INF), dim=1, keepdim=True)   # (B, 1)

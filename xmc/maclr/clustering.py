@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import faiss
 import numpy as np
 
 
@@ -36,8 +37,6 @@ class ClusterSchedule:
 
 def kmeans_assign(vecs: np.ndarray, k: int, seed: int = 0, niter: int = 20, nredo: int = 1) -> np.ndarray:
     """Cluster id per row with faiss k-means (L2, as the MACLR code; vectors here are L2-normalised)."""
-    import faiss
-
     x = np.ascontiguousarray(vecs, dtype=np.float32)
     k = int(max(1, min(k, len(x))))
     if k == 1:

@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.ann import ANNIndex
 from xmc.data.formats import read_json_lines   # the dataset readers' checks: errors name the file and line
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import atomic_dir, write_json
+from xmc.sparse_topk import sparse_product_topk
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,6 @@ def tfidf_topk(X_inst: sp.csr_matrix, X_lbl: sp.csr_matrix, k: int, min_score: f
 
     Blocks of at most ``chunk`` instances are scored as sparse products (never instances x labels
     dense), so the cost follows the nonzero cosines even with millions of labels."""
-    from xmc.sparse_topk import sparse_product_topk
-
     top = sparse_product_topk(X_inst, X_lbl, k, max_rows=chunk, desc="tfidf pseudo pairs")
     ids, scores = top.indices.astype(np.int32), top.scores.astype(np.float32)
     drop = (ids < 0) | ~(scores > min_score)
@@ -53,8 +53,6 @@ def tfidf_topk(X_inst: sp.csr_matrix, X_lbl: sp.csr_matrix, k: int, min_score: f
 
 def dense_topk(inst_vecs: np.ndarray, label_vecs: np.ndarray, k: int, index_kind: str = "exact") -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` labels per instance by inner product of encoder vectors (exact MIPS by default)."""
-    from xmc.ann import ANNIndex
-
     D, I = ANNIndex(kind=index_kind).build(label_vecs).search(inst_vecs, k)
     return I.astype(np.int32), D.astype(np.float32)
 

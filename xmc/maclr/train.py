@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,7 @@ class MACLRObjective(Objective):
         super().__init__()
         self.temperature, self.label_weight = temperature, label_weight
 
-    def forward(self, model: DualEncoderModel, batch: CandidateBatch, query_texts) -> torch.Tensor:
+    def forward(self, model: DualEncoderModel, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
         enc = model.encoder
         ctx = take_texts(query_texts, batch.query_idx)
         q = enc(ctx, "query")

@@ -35,14 +35,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from xmc.config.schema import AstraModel, AstraNegatives, filled
 from xmc.data.columns import take_texts
-from xmc.encoders import TextEncoder
+from xmc.encoders import TextEncoder, build_encoder
 from xmc.errors import ConfigError
 from xmc.negatives.base import CandidateBatch, NegativeSampler
-from xmc.negatives.samplers import mining_index
+from xmc.negatives.membership import in_csr_rows, in_padded_rows
+from xmc.negatives.samplers import drop_positives, mining_index, search_without_positives
 from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.models import astra as astra_files
 from xmc.trainer.candidate_scores import candidate_scores
+from xmc.trainer.distributed import context
 from xmc.trainer.label_table import LabelTable, merge_topk
 from xmc.trainer.objective import Objective
 
@@ -182,8 +185,6 @@ def search_label_vectors(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: n
 
 def fill_shortlist(Y: sp.csr_matrix, rows: np.ndarray, ids: np.ndarray, k_h: int, out: np.ndarray) -> None:
     """``out[r]`` := row r's candidate ids without its positives, cut to k_h (-1 padded; other rows -1)."""
-    from xmc.negatives.samplers import drop_positives
-
     out[:] = -1
     if len(rows):
         out[rows] = drop_positives(Y.tocsr()[rows], ids, k_h)
@@ -191,8 +192,6 @@ def fill_shortlist(Y: sp.csr_matrix, rows: np.ndarray, ids: np.ndarray, k_h: int
 
 def in_rows(sets: np.ndarray, items: np.ndarray, n_labels: int) -> np.ndarray:
     """``out[b, j]``: is ``items[b, j]`` among ``sets[b]`` (a row of label ids, -1 = none)? O(B·(|items| + |sets|)) memory."""
-    from xmc.negatives.membership import in_padded_rows
-
     return in_padded_rows(sets, items, n_labels)
 
 
@@ -281,7 +280,6 @@ class ASTRANegatives(NegativeSampler):
     def _query_buffer_path(self) -> Path | None:
         if self.work_dir is None:
             return None
-        from xmc.trainer.distributed import context
 
         ctx = context()
         return self.work_dir / f"query_buffer{f'.rank{ctx.rank}' if ctx.active else ''}.npy"
@@ -309,8 +307,6 @@ class ASTRANegatives(NegativeSampler):
         return np.lib.format.open_memmap(self._shortlist_path(epoch), mode="w+", dtype=np.int32, shape=shape)
 
     def _shortlist_path(self, epoch: int) -> Path:
-        from xmc.trainer.distributed import context
-
         ctx = context()   # the ranks of a data-parallel run share work_dir: one file each
         return self.work_dir / f"shortlist_epoch{epoch}{f'.rank{ctx.rank}' if ctx.active else ''}.npy"
 
@@ -348,8 +344,6 @@ class ASTRANegatives(NegativeSampler):
     def _stream_fill(self, epoch: int, qv: np.ndarray, lv: np.ndarray, chunk: int = 65536) -> np.ndarray:
         """One index, the queries with a vector searched ``chunk`` at a time (not widened by the largest row:
         :func:`~xmc.negatives.samplers.search_without_positives`), written into the shortlist file."""
-        from xmc.negatives.samplers import search_without_positives
-
         index = mining_index(self.index_kind, **self.index_kw).build(lv)
         sl = self._shortlist_file(epoch)
         sl[:] = -1
@@ -372,7 +366,6 @@ class ASTRANegatives(NegativeSampler):
         if "partial" in result:   # the sharded index's merge: every rank gets the global top-k
             t0 = time.perf_counter()
             rows, D, ids = result.pop("partial")
-            from xmc.trainer.distributed import context
 
             _, ids = merge_topk(D, ids, ids.shape[1], self._shard_ctx or context())   # (or resumed from a checkpoint)
             result["shortlist"] = self._fill(epoch, rows, ids)
@@ -430,8 +423,6 @@ class ASTRANegatives(NegativeSampler):
 
     def _is_positive(self, query_idx: np.ndarray, labels: np.ndarray) -> np.ndarray:
         """Elementwise: is ``labels[b, j]`` a true label of ``query_idx[b]``?"""
-        from xmc.negatives.membership import in_csr_rows
-
         return in_csr_rows(self.Y[query_idx], labels, self.n_labels)
 
     def make_batch(self, query_idx: np.ndarray, rng: np.random.Generator) -> CandidateBatch:
@@ -583,17 +574,12 @@ def build_astra_sampler(Y: sp.csr_matrix, dim: int, cfg: dict[str, Any] | None, 
                         total_epochs: int | None = None) -> ASTRANegatives:
     """The sampler of ``astra.negatives`` (schema defaults filled; unset index knobs keep the index's defaults) for
     a run of ``total_epochs`` epochs."""
-    from xmc.config.schema import AstraNegatives, filled
-
     return ASTRANegatives(Y, dim, work_dir=work_dir, total_epochs=total_epochs,
                           **filled(AstraNegatives, cfg, "astra.negatives"))
 
 
 def build_astra_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | None, label_texts: Sequence[str],
                       Y_train: sp.csr_matrix | None = None, shard_labels: bool = False) -> ASTRAModel:
-    from xmc.config.schema import AstraModel, filled
-    from xmc.encoders import build_encoder
-
     model_cfg = filled(AstraModel, model_cfg, "astra.model")
     bias = model_cfg["bias_init"]
     if bias == "prior":

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from xmc.encoders import build_encoder
+from xmc.losses import build_loss
 from xmc.methods.base import RunContext, TrainerMethod, TrainingParts
+from xmc.models.dual_encoder import DualEncoderModel
+from xmc.negatives import build_sampler
 
 
 class DEXMLMethod(TrainerMethod):
@@ -18,11 +22,6 @@ class DEXMLMethod(TrainerMethod):
     name = "dexml"
 
     def build(self, ctx: RunContext, ds: Any) -> TrainingParts:
-        from xmc.encoders import build_encoder
-        from xmc.losses import build_loss
-        from xmc.models.dual_encoder import DualEncoderModel
-        from xmc.negatives import build_sampler
-
         cfg = ctx.config
         encoder = build_encoder(cfg["encoder"])
         model = DualEncoderModel(encoder, ds.label_texts)

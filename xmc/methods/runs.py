@@ -9,6 +9,7 @@ defined once across all of them (the schema refuses a name defined twice), so a 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,7 +99,6 @@ def find_run(params: dict[str, Any], name: str) -> RunSpec:
         return RunSpec(name, "label_names", {"ranking": NAME_MATCH_RANKING[name],
                                              "label_names": {**params["label_names"], **NAME_MATCH_OVERRIDES.get(name, {})}},
                        "label_names")
-    import difflib
 
     known = sorted(all_runs(params))
     close = difflib.get_close_matches(name, known, n=1)

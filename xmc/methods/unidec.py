@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 import scipy.sparse as sp
 import torch
@@ -29,8 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from xmc.ann import ANNIndex
+from xmc.config.schema import PickSomeLabels, UnidecLoss, UnidecModel, filled
 from xmc.data.columns import take_texts
-from xmc.encoders import TextEncoder, load_encoder
+from xmc.encoders import TextEncoder, build_encoder, load_encoder
 from xmc.errors import ConfigError
 from xmc.io import load_tensors
 from xmc.losses import DecoupledSoftmaxLoss
@@ -168,8 +170,6 @@ def cluster_chunks(vectors: np.ndarray, ids: np.ndarray, cluster_size: int, seed
     """Spherical k-means (faiss) into ~len/cluster_size clusters; clusters larger than
     ``cluster_size`` are cut into chunks of at most that size, so every chunk is a group of
     similar queries of bounded size (NGAME-style batching: a batch is several such chunks)."""
-    import faiss
-
     n = len(ids)
     k = max(1, min(n, int(math.ceil(n / max(1, cluster_size)))))
     if k == 1:
@@ -362,22 +362,15 @@ def predict_spaces(model: UniDECModel, texts: Sequence[str], k: int, spaces: Seq
 def build_psl_sampler(Y: sp.csr_matrix, cfg: dict[str, Any] | None) -> PickSomeLabelsSampler:
     """The pick-some-labels sampler of ``unidec.psl`` (schema defaults filled; unset optional knobs keep the
     sampler's: clustering with the shortlist refresh)."""
-    from xmc.config.schema import PickSomeLabels, filled
-
     return PickSomeLabelsSampler(Y, **filled(PickSomeLabels, cfg, "unidec.psl"))
 
 
 def build_unidec_objective(cfg: dict[str, Any] | None) -> UniDECObjective:
-    from xmc.config.schema import UnidecLoss, filled
-
     return UniDECObjective(**filled(UnidecLoss, cfg, "unidec.loss"))
 
 
 def build_unidec_model(encoder_cfg: dict[str, Any], model_cfg: dict[str, Any] | None,
                        label_texts: Sequence[str], shard_labels: bool = False) -> UniDECModel:
-    from xmc.config.schema import UnidecModel, filled
-    from xmc.encoders import build_encoder
-
     m = filled(UnidecModel, model_cfg, "unidec.model")
     model = UniDECModel(build_encoder(encoder_cfg), label_texts, dim=m["dim"], dropout=m["dropout"],
                         dropout_clf=m["dropout_clf"], shard_labels=shard_labels)

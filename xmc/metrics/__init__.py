@@ -18,6 +18,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.metrics.bootstrap import instance_contributions
+from xmc.metrics.hits import _apply_filter, hit_matrix, inverse_propensity
 from xmc.predictions import TopK
 
 FREQ_BUCKETS: list[tuple[str, int, float]] = [
@@ -28,45 +30,6 @@ FREQ_BUCKETS: list[tuple[str, int, float]] = [
     ("21-100", 21, 100),
     (">100", 101, np.inf),
 ]
-
-
-def inverse_propensity(train_label_freq: np.ndarray, n_train: int, a: float = 0.55, b: float = 1.5) -> np.ndarray:
-    """1 / p_l for every label (Jain et al., 2016)."""
-    c = (np.log(n_train) - 1.0) * (b + 1.0) ** a
-    return 1.0 + c * (np.asarray(train_label_freq, dtype=np.float64) + b) ** (-a)
-
-
-def _apply_filter(pred: TopK, Y: sp.csr_matrix, filt: sp.csr_matrix | None) -> tuple[np.ndarray, sp.csr_matrix]:
-    idx = pred.indices.astype(np.int64)
-    if filt is None or filt.nnz == 0:
-        return idx, Y
-    filt = filt.tocsr()
-    L = Y.shape[1]
-    fkeys = np.sort(np.repeat(np.arange(filt.shape[0]), np.diff(filt.indptr)) * L + filt.indices)
-    keys = np.arange(idx.shape[0])[:, None] * L + idx
-    drop = np.isin(keys, fkeys) & (idx >= 0)
-    out = np.full_like(idx, -1)
-    for i in np.flatnonzero(drop.any(1)):
-        kept = idx[i][~drop[i]]
-        out[i, : len(kept)] = kept
-    rows_clean = ~drop.any(1)
-    out[rows_clean] = idx[rows_clean]
-    Yf = (Y - Y.multiply(filt)).tocsr()
-    Yf.eliminate_zeros()
-    return out, Yf
-
-
-def hit_matrix(idx: np.ndarray, Y: sp.csr_matrix) -> np.ndarray:
-    """hits[i, j] = 1 if predicted label idx[i, j] is a positive of row i."""
-    Y = Y.tocsr()
-    L = Y.shape[1]
-    true_keys = np.repeat(np.arange(Y.shape[0], dtype=np.int64), np.diff(Y.indptr)) * L + Y.indices
-    true_keys.sort()
-    keys = np.arange(idx.shape[0], dtype=np.int64)[:, None] * L + idx
-    pos = np.searchsorted(true_keys, keys)
-    pos = np.minimum(pos, max(len(true_keys) - 1, 0))
-    found = (true_keys[pos] == keys) if len(true_keys) else np.zeros_like(keys, dtype=bool)
-    return (found & (idx >= 0)).astype(np.float64)
 
 
 def evaluate_topk(
@@ -84,8 +47,6 @@ def evaluate_topk(
     per-instance ``contributions`` behind the averaged metrics (for bootstrap intervals and paired tests)."""
     # every averaged metric is a ratio of per-instance sums: one implementation (which also checks the
     # shapes) serves the point values here and the bootstrap intervals / paired tests (xmc.metrics.bootstrap)
-    from xmc.metrics.bootstrap import instance_contributions
-
     contrib = instance_contributions(pred, Y, train_label_freq, n_train, ks, recall_ks, a, b, filt)
     out: dict[str, Any] = contrib.values()
     idx, Y = _apply_filter(pred, Y.tocsr(), filt)
@@ -115,3 +76,6 @@ def evaluate_topk(
     out["n_test_without_labels"] = int((~has).sum())
     out["unseen_test_pairs"] = unseen["test_pairs"]
     return {"metrics": out, "recall_by_frequency": buckets, "contributions": contrib, "curves": curves}
+
+
+__all__ = ["FREQ_BUCKETS", "evaluate_topk", "hit_matrix", "inverse_propensity"]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from xmc.encoders.base import TextEncoder, load_encoder
+from xmc.encoders.base import TextEncoder
+from xmc.encoders.build import load_encoder
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import load_tensors
 
@@ -26,7 +27,7 @@ def is_astra_model(path: str | Path) -> bool:
 
 def load_astra(path: str | Path, n_labels: int, untouched: str = "zero") -> tuple[TextEncoder, np.ndarray]:
     """(the encoder, W as float32 numpy) of the ASTRA model folder ``path`` trained for ``n_labels`` labels
-    (``untouched``: a bag-of-words encoder's untouched buckets, :func:`~xmc.encoders.base.load_encoder`)."""
+    (``untouched``: a bag-of-words encoder's untouched buckets, :func:`~xmc.encoders.build.load_encoder`)."""
     path = Path(path)
     if not is_astra_model(path):
         raise ConfigError(f"{path / DESCRIPTION}: not a saved ASTRA model")

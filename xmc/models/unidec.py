@@ -18,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from xmc.encoders.base import TextEncoder, load_encoder
+from xmc.encoders.base import TextEncoder
+from xmc.encoders.build import load_encoder
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import load_tensors
 
@@ -130,7 +131,7 @@ class UniDECInference(UniDECHeads):
     @classmethod
     def load(cls, path: str | Path, label_texts: Sequence[str], space: str = "concat",
              untouched: str = "zero") -> UniDECInference:
-        """``untouched``: a bag-of-words encoder's untouched buckets (:func:`~xmc.encoders.base.load_encoder`)."""
+        """``untouched``: a bag-of-words encoder's untouched buckets (:func:`~xmc.encoders.build.load_encoder`)."""
         path = Path(path)
         cfg = read_description(path, len(label_texts))
         st = load_tensors(path / HEADS)

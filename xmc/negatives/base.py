@@ -9,6 +9,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from xmc.metrics import inverse_propensity
+
 
 @dataclass(frozen=True)
 class StepPlan:
@@ -108,7 +110,6 @@ def positive_sampling_weights(Y: sp.csr_matrix, kind: str, a: float = 0.55, b: f
         return None
     if kind != "inverse_propensity":
         raise ValueError(f"positive_sampling must be 'uniform' or 'inverse_propensity', not {kind!r}")
-    from xmc.metrics import inverse_propensity
 
     freq = np.asarray(Y.sum(axis=0)).ravel()
     return inverse_propensity(freq, Y.shape[0], a, b)

@@ -14,8 +14,11 @@ from xmc.ann import ANNIndex
 from xmc.config.schema import NegativesConfig, filled
 from xmc.data.columns import take_texts
 from xmc.errors import ConfigError
+from xmc.lexical import LabelNameMatcher
+from xmc.lexical.matcher import zero_shot_name_topk
 from xmc.negatives.base import CandidateBatch, NegativeSampler, draw_from_rows, pool_batch
 from xmc.negatives.membership import in_csr_rows
+from xmc.parallel import gather_rows, initialised_context, shard_bounds
 
 log = logging.getLogger(__name__)
 
@@ -46,16 +49,11 @@ def mine_shortlist(Y: sp.csr_matrix, query_vecs: np.ndarray, label_vecs: np.ndar
     largest row's: one instance with thousands of labels no longer widens every query's search. In a data-parallel
     run every rank searches its contiguous share of the queries and the shares are all-gathered, so the search
     costs ``1/world`` per rank and every rank ends with the whole shortlist (each draws the same global batch)."""
-    from xmc.trainer.distributed import initialised_context
-
     Y = Y.tocsr()
     index = mining_index(index_kind, **index_kw).build(label_vecs)
     ctx = initialised_context()
     if ctx is None:
         return search_without_positives(index, Y, query_vecs, size)
-    import torch
-
-    from xmc.trainer.distributed import gather_rows, shard_bounds
 
     lo, hi = shard_bounds(len(query_vecs), ctx.world, ctx.rank)
     mine = torch.from_numpy(search_without_positives(index, Y[lo:hi], query_vecs[lo:hi], size).astype(np.int64))
@@ -252,9 +250,6 @@ def name_match_shortlist(Y: sp.csr_matrix, query_texts: list[str], label_texts: 
                          label_names: dict[str, Any], size: int) -> np.ndarray:
     """Each query's best ``size`` label-name matches (zero-shot ranking of :mod:`xmc.lexical`), positives removed;
     -1 pads (int32, N x size). These are the senses a reader of the query's words would confuse."""
-    from xmc.lexical import LabelNameMatcher
-    from xmc.lexical.matcher import zero_shot_name_topk
-
     Y = Y.tocsr()
     matcher = LabelNameMatcher.from_settings(label_texts, label_names)
     ids, _ = zero_shot_name_topk(matcher, query_texts, size + max_positives(Y))

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from xmc.data.lines import checked_lines, iter_decoded_lines   # the dataset readers' limits and errors
 from xmc.errors import ConfigError, DataFormatError
 
 FORMATS = ("txt", "jsonl")
@@ -48,8 +49,6 @@ def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[
 
 def iter_input(path: str | Path, fmt: str = "auto") -> Iterator[tuple[str, str]]:
     """(id, text) pairs from ``path`` (``-`` = standard input), streamed; ids default to the 0-based row."""
-    from xmc.data.formats import checked_lines, iter_decoded_lines   # the dataset readers' limits and errors
-
     name = str(path)
     fmt = input_format(name, fmt)
     if name == "-":

@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from xmc import __version__
+from xmc.data.lines import read_json_lines
 from xmc.errors import ConfigError, DataFormatError, XMCError
-from xmc.io import atomic_dir
+from xmc.io import atomic_dir, read_json_file
 from xmc.cards import CARD, model_card
 from xmc.package.predictors import Predictor, kind_of_source, predictor_class
 
@@ -85,8 +87,6 @@ CODE_PATHS = ("xmc", "stages", "pyproject.toml")
 def code_version(repo: str | Path = ".") -> dict[str, Any]:
     """The xmc version and, inside a git checkout, the commit, with ``-dirty`` when the code that builds models
     (:data:`CODE_PATHS`: changed, staged or new files) differs from it. The params are in the manifest."""
-    from xmc import __version__
-
     out: dict[str, Any] = {"xmc": __version__}
 
     def git(*args: str) -> subprocess.CompletedProcess:
@@ -104,8 +104,6 @@ def code_version(repo: str | Path = ".") -> dict[str, Any]:
 
 
 def read_labels(path: Path) -> tuple[list[str], list[str]]:
-    from xmc.data.formats import read_json_lines
-
     if not path.is_file():
         raise DataFormatError(path, None, "missing from the model package")
     uids, texts = [], []
@@ -169,8 +167,6 @@ def build_package(out_dir: str | Path, *, name: str, method: str, source: str | 
 # loading and predicting
 # ------------------------------------------------------------------------------------------------
 def read_manifest(root: Path) -> dict[str, Any]:
-    from xmc.io import read_json_file
-
     path = root / MANIFEST
     if not root.exists():
         raise ConfigError(f"{root}: model package not found")

@@ -32,7 +32,7 @@ from xmc.ann import ANNIndex
 from xmc.ann.shortlist import SMALL_FULL_SEARCH, TfidfShortlist, full_search, rerank
 from xmc.baselines.tfidf import _vectorizer, knn_label_voting, label_prior_predict, tfidf_zero_shot
 from xmc.config.schema import IndexConfig, TfidfKnnConfig, TfidfZeroShotConfig, filled
-from xmc.encoders.base import load_encoder
+from xmc.encoders.build import load_encoder
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import read_json_file, save_csr
 from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_scores

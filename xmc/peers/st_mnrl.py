@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.config.schema import EncoderConfig, LossConfig, TrainSection, filled
 from xmc.encoders.transformer import default_model_dir
 
 log = logging.getLogger(__name__)
@@ -41,12 +42,11 @@ def mnrl_pairs(texts: list[str], Y: sp.csr_matrix, label_texts: list[str], epoch
 
 def train_st_mnrl(texts: list[str], Y: sp.csr_matrix, label_texts: list[str], cfg: dict[str, Any],
                   out_dir: str | Path, work_dir: str | Path) -> dict[str, Any]:
+    # imported here: sentence-transformers' trainer and datasets take about 4 s to import; only this (lab) peer uses them
     from datasets import Dataset
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.losses import MultipleNegativesRankingLoss
     from sentence_transformers.training_args import BatchSamplers
-
-    from xmc.config.schema import EncoderConfig, LossConfig, TrainSection, filled
 
     # the run's sections (partial: the schema's defaults fill the rest)
     enc, tr = filled(EncoderConfig, cfg["encoder"], "encoder"), filled(TrainSection, cfg["train"], "train")

@@ -19,7 +19,7 @@ from xmc.predictions import TopK, topk_from_sparse
 
 def require_libpecos() -> Any:
     """libpecos's ``Indexer``, ``LabelEmbeddingFactory`` and ``XLinearModel``; a one-line error where it is missing."""
-    try:
+    try:   # imported here: libpecos lives only in the PECOS environment (.venv-pecos), see above
         from pecos.xmc import Indexer, LabelEmbeddingFactory
         from pecos.xmc.xlinear.model import XLinearModel
     except ImportError:

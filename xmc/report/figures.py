@@ -33,7 +33,9 @@ def method_styles(names: Sequence[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _plt():
+def _plt() -> Any:
+    # imported here: pyplot must follow the choice of the Agg backend, a process-wide setting made when a figure is
+    # drawn (on import it would be a side effect on every importer)
     import matplotlib
 
     matplotlib.use("Agg")

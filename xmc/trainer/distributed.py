@@ -20,36 +20,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from xmc.parallel import DistContext, context, init_from_env, initialised_context
-
-
-def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
-    """Contiguous share ``[lo, hi)`` of ``n`` items for ``rank`` (the first ``n % world`` ranks take one more)."""
-    base, extra = divmod(n, world)
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
-
-
-def gather_rows(local: torch.Tensor, n: int, world: int) -> torch.Tensor:
-    """All ranks' shares of an ``n``-row tensor, in rank order, with gradients flowing back to each share."""
-    import torch.distributed as dist
-    import torch.distributed.nn.functional as dfn
-
-    rows = -(-n // world)   # all_gather needs equal shapes: pad each share to ceil(n / world) rows
-    pad = rows - local.shape[0]
-    padded = torch.cat([local, local.new_zeros((pad, *local.shape[1:]))]) if pad else local
-    if torch.is_grad_enabled() and padded.requires_grad:
-        parts = dfn.all_gather(padded)
-    else:
-        parts = [torch.empty_like(padded) for _ in range(world)]
-        dist.all_gather(parts, padded.contiguous())
-    out = []
-    for r, part in enumerate(parts):
-        lo, hi = shard_bounds(n, world, r)
-        out.append(part[: hi - lo])
-    return torch.cat(out)
+from xmc.encoders.base import TextEncoder
+from xmc.parallel import DistContext, context, gather_rows, init_from_env, initialised_context, shard_bounds
 
 
 class ShardedForward:
@@ -75,8 +50,6 @@ class ShardedForward:
 
 def shard_encoders(model: nn.Module, ctx: DistContext) -> list[nn.Module]:
     """Every text encoder inside ``model`` encodes shards and gathers (see the module doc); returns them."""
-    from xmc.encoders.base import TextEncoder
-
     encoders = [m for m in model.modules() if isinstance(m, TextEncoder)]
     for enc in encoders:
         if not isinstance(enc.forward, ShardedForward):
@@ -103,8 +76,6 @@ class encode_locally:
 def all_reduce_gradients(params: list[nn.Parameter], ctx: DistContext) -> None:
     """Sum every parameter's gradient over the ranks (sparse gradients as sparse tensors). Rows of a label-sharded
     table (``label_sharded``, :mod:`xmc.trainer.label_table`) already hold their whole gradient and stay local."""
-    import torch.distributed as dist
-
     params = [p for p in params if not getattr(p, "label_sharded", False)]
     dense = [p.grad for p in params if p.grad is not None and not p.grad.is_sparse]
     if dense:
@@ -122,8 +93,6 @@ def all_reduce_gradients(params: list[nn.Parameter], ctx: DistContext) -> None:
 def _sum_sparse(g: torch.Tensor, ctx: DistContext) -> torch.Tensor:
     """The sum over ranks of a sparse COO gradient: every rank's (rows, values) gathered (padded to the largest
     count) and added up; only the rows some rank touched travel, never the whole table."""
-    import torch.distributed as dist
-
     idx, val = g.indices(), g.values()
     counts = [torch.zeros(1, dtype=torch.long, device=idx.device) for _ in range(ctx.world)]
     dist.all_gather(counts, torch.tensor([idx.shape[1]], dtype=torch.long, device=idx.device))
@@ -141,8 +110,6 @@ def _sum_sparse(g: torch.Tensor, ctx: DistContext) -> torch.Tensor:
 
 def all_equal(values: list[int], ctx: DistContext) -> bool:
     """Whether every rank holds the same integers."""
-    import torch.distributed as dist
-
     t = torch.tensor(values, dtype=torch.long)
     lo, hi = t.clone(), t.clone()
     dist.all_reduce(lo, op=dist.ReduceOp.MIN)
@@ -151,8 +118,6 @@ def all_equal(values: list[int], ctx: DistContext) -> bool:
 
 
 def barrier(ctx: DistContext) -> None:
-    import torch.distributed as dist
-
     if ctx.active and dist.is_initialized():
         dist.barrier()
 

@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmc.ann import ANNIndex
+from xmc.config.schema import EvaluateConfig, TrainSection, filled
 from xmc.metrics import evaluate_topk
 from xmc.predictions import TopK
 
@@ -38,8 +39,6 @@ class RetrievalEvaluator:
         split is never loaded for training, so it cannot leak into curves, early stopping or choices.
         ``train_cfg`` and ``eval_params`` (the params ``train`` and ``evaluate`` sections) may be partial: the
         schema's defaults fill the rest."""
-        from xmc.config.schema import EvaluateConfig, TrainSection, filled
-
         train_cfg = filled(TrainSection, train_cfg, "train")
         every = train_cfg["eval_every_epochs"]
         if not every:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dfn
 from torch import nn
 
 from xmc.trainer.distributed import DistContext, context, shard_bounds
@@ -96,8 +98,6 @@ class LabelTable(nn.Module):
         s = q @ rows.T if label_ids.dim() == 1 else torch.einsum("bd,bcd->bc", q, rows)
         if not self.sharded:
             return s
-        import torch.distributed as dist
-        import torch.distributed.nn.functional as dfn
 
         if torch.is_grad_enabled() and s.requires_grad:
             return dfn.all_reduce(s)
@@ -114,7 +114,6 @@ class LabelTable(nn.Module):
         w = self.weight.detach().float().cpu()
         if not self.sharded:
             return w.clone() if w.data_ptr() == self.weight.data_ptr() else w
-        import torch.distributed as dist
 
         world = self.ctx.world
         rows = -(-self.n_labels // world)
@@ -138,8 +137,6 @@ class LabelTable(nn.Module):
 def merge_topk(scores: np.ndarray, ids: np.ndarray, k: int, ctx: DistContext) -> tuple[np.ndarray, np.ndarray]:
     """Each rank's top-k (scores, global ids) of the same queries over its label shard -> the global top-k on every
     rank (a sharded index's search: faiss ``IndexShards`` does the same merge within one process)."""
-    import torch.distributed as dist
-
     s, i = torch.from_numpy(np.ascontiguousarray(scores, dtype=np.float32)), torch.from_numpy(ids.astype(np.int64))
     all_s = [torch.empty_like(s) for _ in range(ctx.world)]
     all_i = [torch.empty_like(i) for _ in range(ctx.world)]

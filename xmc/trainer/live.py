@@ -17,6 +17,12 @@ import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+try:   # optional: without it the record is written by PlainLive below
+    from dvclive import Live
+except ImportError:
+    Live = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -76,10 +82,8 @@ def _drop_cut_summary(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def _open_live(directory: Path, resume: bool):
-    try:
-        from dvclive import Live
-    except ImportError:
+def _open_live(directory: Path, resume: bool) -> Any:
+    if Live is None:
         log.warning("dvclive is not installed: the training record in %s is written without it", directory)
         return PlainLive(dir=str(directory), resume=resume)
     if resume:

@@ -31,6 +31,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from xmc.native import row_adam as native_row_adam
+from xmc.native import row_adam_bf16m as native_row_adam_bf16m
+
 
 _BLOCK_ELEMENTS = 1 << 18   # 1 MB of float32 per tensor of a block: the block's m, v, g and update stay in cache
 _DENSE_BLOCK_SHARE = 0.25   # a block of the table with at least this share of its rows touched is updated in place
@@ -191,10 +194,8 @@ class RowAdam(torch.optim.Optimizer):
         self.moments = moments
         self._kernel = self._kernel_bf16m = None
         if native:
-            from xmc.native import row_adam, row_adam_bf16m
-
-            self._kernel = row_adam()
-            self._kernel_bf16m = row_adam_bf16m() if moments == "bf16" else None
+            self._kernel = native_row_adam()
+            self._kernel_bf16m = native_row_adam_bf16m() if moments == "bf16" else None
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """As torch's, which casts the moments to the parameters' dtype; bfloat16 moments are cast back (exactly)."""

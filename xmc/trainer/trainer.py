@@ -17,12 +17,14 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 from tqdm import tqdm
 
@@ -32,7 +34,11 @@ from xmc.logs import kv
 from xmc.trainer.live import TrainingLog
 from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
 from xmc.trainer.checkpoint import clean_stale_temporaries, load_checkpoint, save_checkpoint
+from xmc.trainer.distributed import (all_equal, all_reduce_gradients, barrier, context, encode_locally, shard_bounds,
+                                     shard_encoders)
+from xmc.trainer.memory import reuse_freed_memory
 from xmc.trainer.objective import Objective, RetrievalObjective
+from xmc.trainer.row_adam import RowAdam
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +107,6 @@ class Trainer:
         self.out_dir = Path(out_dir)
         self.ckpt_path = self.out_dir / "checkpoint.pt"
         self.evaluator, self.eval_every_epochs = evaluator, eval_every_epochs
-        from xmc.trainer.distributed import context, shard_encoders
 
         # data parallel under torchrun: encoders encode their rank's share and gather (xmc.trainer.distributed)
         self.dist = context()
@@ -169,8 +174,6 @@ class Trainer:
             opts.append(torch.optim.AdamW(dense_groups))
         if sparse_groups:
             if self.cfg.sparse_optimizer in ("row_adam", "row_adam_torch"):
-                from xmc.trainer.row_adam import RowAdam
-
                 opt = RowAdam(sparse_groups, native=self.cfg.sparse_optimizer == "row_adam",
                               moments=self.cfg.sparse_moments)
                 log.info("sparse tables: RowAdam, %s, %s moments", "C kernel (xmc/native)" if opt.native
@@ -190,16 +193,12 @@ class Trainer:
         interval = 60.0 * self.cfg.checkpoint_interval_minutes
         due = interval <= 0 or time.monotonic() - self._last_checkpoint >= interval
         if self.dist.active and interval > 0:
-            import torch.distributed as dist
-
             flag = torch.tensor([int(due)])
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             due = bool(flag.item())
         return due
 
     def save_checkpoint(self) -> None:
-        from xmc.trainer.distributed import barrier
-
         self._last_checkpoint = time.monotonic()
         if not self.dist.is_main and not self.label_sharded:   # the same state on every rank: rank 0 writes it
             barrier(self.dist)
@@ -242,7 +241,6 @@ class Trainer:
         if not self.label_sharded:
             clean_stale_temporaries(self.ckpt_path)
             return self.ckpt_path if self.ckpt_path.exists() else None
-        import torch.distributed as dist
 
         files = self._shard_files()
         mine = torch.full((4,), -1, dtype=torch.long)
@@ -277,8 +275,6 @@ class Trainer:
 
     def _check_ranks_agree(self) -> None:
         """Every rank starts from the same point, or none trains (a writer still at work between their reads)."""
-        from xmc.trainer.distributed import all_equal
-
         if self.dist.active and not all_equal([self.epoch, self.step_in_epoch, self.global_step], self.dist):
             raise RuntimeError(f"{self.ckpt_path}: the ranks resumed from different checkpoints (is an earlier run "
                                f"still writing it?); stop it and rerun")
@@ -306,10 +302,6 @@ class Trainer:
            backpropagate its cached gradient. Encoder graphs are bounded by the chunk size; the cached label
            vectors and their gradient are L x d.
         """
-        from contextlib import nullcontext
-
-        from xmc.trainer.distributed import encode_locally, shard_bounds
-
         L, chunk = self.model.n_labels, self.cfg.label_chunk_size
         # across ranks, with a loss that has a label-sharded form: each rank encodes and scores only its slice of
         # the labels and the loss combines the ranks' normalisers (no rank holds B x L scores); otherwise every
@@ -405,8 +397,6 @@ class Trainer:
 
     # ---- the loop ------------------------------------------------------------------------------
     def fit(self) -> dict[str, Any]:
-        from xmc.trainer.memory import reuse_freed_memory
-
         reuse_freed_memory()   # every step allocates the same large temporaries (xmc.trainer.memory)
         torch.manual_seed(self.cfg.seed)
         self._last_checkpoint = time.monotonic()
@@ -432,8 +422,6 @@ class Trainer:
                     o.zero_grad(set_to_none=True)
                 loss = self._step(batch)
                 if self.dist.active:
-                    from xmc.trainer.distributed import all_reduce_gradients
-
                     all_reduce_gradients([p for p in self.model.parameters() if p.requires_grad], self.dist)
                 if self.cfg.grad_clip and self._dense_params:
                     # sparse embedding rows are not clipped: SparseAdam normalises their steps anyway
@@ -485,8 +473,6 @@ class Trainer:
         """A finished run keeps no resumable state: a rerun happens only when its settings or data changed,
         and then starts afresh. The checkpoint (model + optimiser moments: GBs for large tables) is replaced
         by a small record of the run."""
-        from xmc.trainer.distributed import barrier
-
         barrier(self.dist)
         if not self.dist.is_main:
             for path in self._shard_files().values() if self.label_sharded else ():   # its own shard's state

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from xmc.config.schema import ValidateConfig, filled
 from xmc.data.dataset import XMCDataset
 
 log = logging.getLogger(__name__)
@@ -127,7 +128,7 @@ def _shared(reference: set[Any], column: Any) -> list[Any]:
 
 
 def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str, Any]]]:
-    import great_expectations as gx
+    import great_expectations as gx   # imported here, after GX_ANALYTICS_ENABLED is set: see validate_dataset
 
     E = gx.expectations
     max_chars, max_label_chars = params["max_text_chars"], params["max_label_chars"]
@@ -189,10 +190,9 @@ def _suites(ds: XMCDataset, params: dict[str, Any]) -> dict[str, list[tuple[str,
 def validate_dataset(ds: XMCDataset, params: dict[str, Any] | None) -> ValidationSummary:
     """Run every expectation suite in an ephemeral GX context; never raises on failures. ``params``: the params
     ``validate`` section (partial: the schema's defaults fill the rest)."""
-    from xmc.config.schema import ValidateConfig, filled
-
     params = filled(ValidateConfig, params, "validate")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    # imported here, after that setting: the GX 1.x releases that send analytics read it once, when imported
     import great_expectations as gx
 
     ctx = gx.get_context(mode="ephemeral")

@@ -21,6 +21,8 @@ code{font-size:12px}
 
 
 def _histogram_png(hist: dict[str, Any]) -> str:
+    # imported here: pyplot must follow the choice of the Agg backend, a process-wide setting made when a figure is
+    # drawn (on import it would be a side effect on every importer)
     import matplotlib
 
     matplotlib.use("Agg")
