@@ -22,7 +22,7 @@ LAB = Path("lab")
 LAB_PARAMS = LAB / "params.yaml"
 METRIC_RE = re.compile(r"^(P|nDCG|PSP|PSnDCG|R)@[1-9][0-9]*$")
 # keys of a lab run entry that are the lab's, not the method's
-LAB_KEYS = ("splits", "spaces", "from_model")
+LAB_KEYS = ("splits", "spaces", "from_run")
 SPACE_SUFFIX = {"concat": "", "de": "_de_only", "clf": "_clf_only"}
 
 
@@ -92,7 +92,8 @@ class LabRunEntry(Section):
 
     splits: Literal["val", "val tst"] = "val"
     spaces: list[Literal["concat", "de", "clf"]] | None = None   # UniDEC: the retrieval spaces predicted
-    from_model: str | None = None    # predict with this product run's trained model (no training)
+    from_run: str | None = None      # (from_product) the product run whose trained model the run starts from
+    from_model: str | None = None    # set when the run only predicts with that model (no method: no training)
 
     @model_validator(mode="after")
     def _spaces(self) -> LabRunEntry:
@@ -110,6 +111,7 @@ class LabReport(Section):
 
 class LabParams(Section):
     runs: dict[str, dict[str, Any]] = {}
+    from_product: dict[str, dict[str, Any]] = {}
     hybrids: dict[str, HybridEntry] = {}
     ensemble: EnsembleFusionConfig = EnsembleFusionConfig()
     xr_linear: dict[str, dict[str, Any]] = {}
@@ -143,24 +145,39 @@ def load_lab(path: str | Path = LAB_PARAMS, product_path: str | Path = "params.y
     product_specs, _ = resolve_runs(product["runs"], product)
     entries: dict[str, dict[str, Any]] = {}
     run_entries: dict[str, dict[str, Any]] = {}
-    for name, raw_entry in lab["runs"].items():
-        own, rest = lab_entry(raw_entry)
-        checked, errs = _check(LabRunEntry, own, ())
-        problems += [(("runs", name, *loc), msg) for loc, msg in errs]
-        if checked is None:
-            continue
-        entries[name] = checked.model_dump()
-        if name in product["runs"]:
-            problems.append((("runs", name), f"{name!r} is a product run (lab runs need names of their own)"))
-        if entries[name]["from_model"] is not None:
-            if entries[name]["from_model"] not in product["runs"]:
-                problems.append((("runs", name, "from_model"), f"{entries[name]['from_model']!r} is not a product run"))
-            if rest:
-                problems.append((("runs", name), "a run predicting with a product model takes no method settings"))
-            continue
-        run_entries[name] = rest
+    for section in ("runs", "from_product"):
+        for name, raw_entry in lab[section].items():
+            own, rest = lab_entry(raw_entry)
+            checked, errs = _check(LabRunEntry, own, ())
+            problems += [((section, name, *loc), msg) for loc, msg in errs]
+            if checked is None:
+                continue
+            entry = checked.model_dump()
+            if name in product["runs"]:
+                problems.append(((section, name), f"{name!r} is a product run (lab runs need names of their own)"))
+            elif name in entries:
+                problems.append(((section, name), f"{name!r} is already a lab run (of runs or from_product)"))
+            model = entry["from_run"]
+            if (section == "from_product") != (model is not None):
+                problems.append(((section, name), "a run of from_product names its product run (from_run: <run>); "
+                                 "one of runs does not" if section == "from_product" else
+                                 "from_run: is for the runs of from_product"))
+                continue
+            entries[name] = entry
+            if model is not None and model not in product["runs"]:
+                problems.append(((section, name, "from_run"), f"{model!r} is not a product run"))
+                continue
+            if model is not None and "method" not in rest:   # only predicts, with the product's model
+                entry["from_model"] = model
+                if set(rest) - {"base"}:
+                    problems.append(((section, name), "a run predicting with a product model takes no method settings"))
+                continue
+            if model is not None:   # trains from the product's model (MACLR's few-shot step)
+                rest = {**rest, "init": f"models/{model}"}
+            run_entries[name] = rest
     specs, run_problems = resolve_runs(run_entries, product, ("runs",), known=product_specs)
-    problems += run_problems
+    problems += [(("from_product", *loc[1:]) if loc[1:2] and loc[1] in lab["from_product"] else loc, msg)
+                 for loc, msg in run_problems]
     for name, cfg in lab["xr_linear"].items():
         _, errs = _check(XrLinearRunConfig, deep_merge(next(iter(product["xr_linear"].values()), {}), cfg or {}), ())
         problems += [(("xr_linear", name, *loc), msg) for loc, msg in errs]

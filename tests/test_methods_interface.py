@@ -99,6 +99,27 @@ def test_a_run_name_defined_twice_is_refused(tmp_path):
         load_lab(tmp_path / "lab.yaml", ROOT / "params.yaml")
 
 
+def test_a_run_from_a_product_model_names_a_product_run(tmp_path):
+    """from_product runs start from (or predict with) a product run's model; the plain lab runs do not."""
+    base = yaml.safe_load((ROOT / "lab" / "params.yaml").read_text())
+    cases = (("from_product", "maclr_fs1", {"from_run": "maclr_fs5", "method": "maclr_fewshot"},
+              r"from_product.maclr_fs1.from_run: 'maclr_fs5' is not a product run"),
+             ("from_product", "maclr_fs1", {"method": "maclr_fewshot"},
+              r"from_product.maclr_fs1: a run of from_product names its product run"),
+             ("runs", "dexml_bow_fast", {"from_run": "dexml_bow", "method": "dexml"},
+              r"runs.dexml_bow_fast: from_run: is for the runs of from_product"),
+             ("from_product", "unidec_spaces", {"from_run": "unidec", "spaces": ["de"], "train": {"epochs": 1}},
+              r"from_product.unidec_spaces: a run predicting with a product model takes no method settings"))
+    for section, name, entry, error in cases:
+        lab = yaml.safe_load(yaml.safe_dump(base))
+        lab[section][name] = entry
+        (tmp_path / "lab.yaml").write_text(yaml.safe_dump(lab, sort_keys=False))
+        with pytest.raises(ConfigError, match=error):
+            load_lab(tmp_path / "lab.yaml", ROOT / "params.yaml")
+    cfg = load_lab(ROOT / "lab" / "params.yaml", ROOT / "params.yaml")
+    assert cfg["specs"]["maclr_fs1"].config["init"] == "models/maclr"   # few-shot starts from the product's MACLR
+
+
 def test_an_ensemble_member_must_be_a_product_run(tmp_path):
     raw = yaml.safe_load((ROOT / "lab" / "params.yaml").read_text())
     for members, error in ((["astra", "dexml_bow_ivf_mining_kmeans3"], "'dexml_bow_ivf_mining_kmeans3' is not a "
@@ -196,8 +217,10 @@ def test_harness_trains_packages_and_the_package_serves_the_same(tmp_path, monke
     summary = train_run(params, run, ws)
     assert summary["method"] == "dexml" and summary["run"] == "tiny" and summary["epochs"] == 2 and summary["steps"] == 6
     assert json.loads((ws.model("tiny") / SUMMARY).read_text())["steps"] == 6
-    assert json.loads((ws.model("tiny") / MODEL_INFO).read_text()) == {"run": "tiny", "method": "dexml",
-                                                                        "predictor": "dense"}
+    info = json.loads((ws.model("tiny") / MODEL_INFO).read_text())
+    assert {k: info[k] for k in ("run", "method", "predictor")} == {"run": "tiny", "method": "dexml",
+                                                                    "predictor": "dense"}
+    assert info["config"]["encoder"]["kind"] == "bow" and info["config"]["train"]["epochs"] == 2
     out = package_run(params, "tiny", ws, run_params=run.config)
     timing = out["timing"]
     assert timing["predictor"] == "dense" and set(timing["predict_seconds_by_split"]) == {"val", "tst"}

@@ -49,16 +49,17 @@ def repo(tmp_path_factory):
                     val=split(list(range(12))), tst=split(list(range(12, 24))), meta={"content_sha256": "x"})
     save_processed(ds, root / "data/processed")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
-    params["data"]["processed_dir"] = "data/processed"
-    params["xr_linear"]["defaults"].update({"nr_splits": 2, "max_leaf_size": 2, "threads": 1})
+    params["xr_linear"]["xr_linear"].update({"nr_splits": 2, "max_leaf_size": 2, "threads": 1})
     (root / "params.yaml").write_text(yaml.safe_dump(params))
+    (root / "lab").mkdir()
+    (root / "lab/params.yaml").write_text((ROOT / "lab/params.yaml").read_text())
     fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(root / "data/tfidf")
     return root
 
 
-def _stage(repo: Path, *argv: str) -> subprocess.CompletedProcess:
+def _stage(repo: Path, *argv: str, module: str = "stages.xr_linear") -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([str(PECOS_PY), "-m", "stages.xr_linear", *argv], cwd=repo, env=env, capture_output=True,
+    return subprocess.run([str(PECOS_PY), "-m", module, *argv], cwd=repo, env=env, capture_output=True,
                           text=True, timeout=300)
 
 
@@ -79,33 +80,27 @@ def test_trains_and_predicts_the_training_topics(repo):
     assert "train_seconds" in (repo / "predictions/xr_linear/timing.json").read_text()
 
 
-def test_a_candidate_run_trains_its_own_settings_into_its_own_folders(repo):
-    """A selection candidate is the defaults with its overrides, trained and predicted (val only) under its name;
-    the reported run's model is untouched."""
-    import json
-
+def test_a_lab_variant_trains_its_own_settings_into_its_own_folder(repo):
+    """A lab variant is the product's settings with its overrides, trained and predicted (val only) under
+    lab/runs/<variant>; its model is removed after predicting and the product's folders are untouched."""
     from xmc.predictions import TopK
 
-    before = (repo / "models/xr_linear/train_summary.json").read_text() if (repo / "models/xr_linear").exists() else None
-    assert _stage(repo, "train", "xr_linear_c1").returncode == 0
-    p = _stage(repo, "predict", "xr_linear_c1", "val")
+    before = sorted(p.as_posix() for p in repo.rglob("*") if not p.as_posix().startswith(str(repo / "lab")))
+    p = _stage(repo, "xr_linear_c1", "val", module="lab.stages.xr_linear")
     assert p.returncode == 0, p.stderr[-2000:]
-    settings = json.loads((repo / "models/xr_linear_c1/train_summary.json").read_text())["settings"]
-    defaults = yaml.safe_load((repo / "params.yaml").read_text())["xr_linear"]["defaults"]
-    assert settings["Cp"] == settings["Cn"] == 1.0 != defaults["Cp"]
-    assert {k: v for k, v in settings.items() if k not in ("Cp", "Cn")} == \
-        {k: v for k, v in defaults.items() if k not in ("Cp", "Cn")}
-    assert TopK.load(repo / "predictions/xr_linear_c1/val_topk.npz").indices.shape[0] == 12
-    assert not (repo / "predictions/xr_linear_c1/tst_topk.npz").exists()
-    if before is not None:
-        assert (repo / "models/xr_linear/train_summary.json").read_text() == before
+    out = repo / "lab/runs/xr_linear_c1"
+    timing = (out / "predictions/xr_linear_c1/timing.json").read_text()
+    assert "train_seconds" in timing
+    assert TopK.load(out / "predictions/xr_linear_c1/val_topk.npz").indices.shape[0] == 12
+    assert not (out / "predictions/xr_linear_c1/tst_topk.npz").exists() and not (out / "models").exists()
+    assert sorted(p.as_posix() for p in repo.rglob("*") if not p.as_posix().startswith(str(repo / "lab"))) == before
 
 
 def test_an_unknown_run_is_a_one_line_error_and_writes_nothing(repo):
     p = _stage(repo, "train", "xr_linear_c2")
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert p.returncode == 2 and len(errors) == 1, p.stderr[-2000:]
-    assert "xr_linear_c2" in errors[0] and "xr_linear.runs" in errors[0] and "xr_linear_c1" in errors[0]
+    assert "xr_linear_c2" in errors[0] and "is not under xr_linear" in errors[0] and "have: xr_linear" in errors[0]
     assert not (repo / "models/xr_linear_c2").exists()
 
 

@@ -114,7 +114,7 @@ def train(data_dir: str | Path, method: str = "astra", out: str | Path | None = 
             BUILDERS[feature](params, ws)
         train_run(params, run, ws)
         splits = ("val", "tst") if len(ds.tst) else ("val",)   # test metrics when the folder has a test split
-        package_run(params, method, ws, splits=splits)
+        package_run(params, method, ws, splits=splits, run_params=run.config)
         _put_in_place(ws.package(method), out)
         return load(out)
     finally:

@@ -157,7 +157,7 @@ def base_runs(params: dict[str, Any]) -> dict[str, Any]:
         from lab.config import lab_entry
 
         raw, lines = read_params_file(lab)
-        entries = {n: lab_entry(e)[1] for n, e in (raw.get("runs") or {}).items() if not (e or {}).get("from_model")}
+        entries = {n: lab_entry(e)[1] for n, e in (raw.get("runs") or {}).items()}
         lab_specs, problems = resolve_runs(entries, params, ("runs",), known=specs)
         if problems:
             raise problems_error(lab, lines, problems)

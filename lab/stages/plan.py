@@ -1,8 +1,8 @@
 """The lab's training plans: lab/plans/<run>.json for every lab run (xmc.methods.plan), as the product's plan stage.
 
 A lab run trains, predicts and is evaluated in one stage (lab/stages/run.py), so its plan covers the code of all
-three and the data its prediction and evaluation read (the splits it predicts, the training labels' counts); a run
-that predicts with a product model (``from_model``) depends on that model's files instead of a training plan.
+three and the data its prediction and evaluation read (the splits it predicts, the training labels' counts). A run of
+``from_product`` depends on its product model's folder through its stage (lab/dvc.yaml), not through its plan.
 """
 
 from __future__ import annotations
@@ -26,9 +26,8 @@ def main() -> None:
     code = {p.as_posix(): _sha256_tree(p) for p in code_closure(STAGE, "xmc.package.build")}
     with atomic_dir(LAB / "plans") as tmp:
         for name, entry in entries.items():
-            if entry["from_model"] is not None:
-                model = ws.model(entry["from_model"])
-                plan = {"run": name, "from_model": {model.as_posix(): _sha256_tree(model) if model.exists() else None}}
+            if entry["from_model"] is not None:   # its stage depends on the product model's folder itself
+                plan = {"run": name, "from_model": entry["from_model"]}
             else:
                 plan = run_plan(product, specs[name], ws, stage=STAGE)
             read = [ws.processed / f for part in ("lbl", "trn", *entry["splits"].split()) for f in SPLIT_FILES[part]]

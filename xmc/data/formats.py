@@ -125,6 +125,11 @@ def read_filter_pairs(path: str | Path, n_rows: int, n_labels: int) -> sp.csr_ma
     return M
 
 
+def json_split_file(d: str | Path, split: str) -> Path | None:
+    """The JSON-lines file of ``split`` (trn, val, tst, lbl) in dataset folder ``d`` (plain or gzipped), or None."""
+    return _first_existing(Path(d), JSON_NAMES[split])
+
+
 def _first_existing(d: Path, names: tuple[str, ...]) -> Path | None:
     for name in names:
         if (d / name).exists():

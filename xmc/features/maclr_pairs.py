@@ -6,11 +6,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from xmc.baselines.tfidf import fit_tfidf
-from xmc.data.formats import read_json_lines
+from xmc.data.formats import json_split_file, read_json_lines
 from xmc.io import write_json
 from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_topk
 from xmc.logs import kv
@@ -21,15 +20,22 @@ from xmc.workspace import Workspace
 log = logging.getLogger(__name__)
 
 
-def _raw_titles(ws: Workspace) -> tuple[list[str], list[str]] | None:
-    """(titles, contents) of the raw JSON-lines training file when the dataset has titles; the records'
-    label fields are dropped as they are read."""
+def _raw_titles(ws: Workspace, uids: list[str]) -> tuple[list[str], list[str]] | None:
+    """(titles, contents) of the training instances ``uids`` from the raw JSON-lines training file when the
+    dataset has titles; matched by uid, since ingest may have carved the validation split out of that file. The
+    records' label fields are dropped as they are read."""
     meta = json.loads((ws.processed / "source.json").read_text(encoding="utf-8"))
     if meta.get("layout") != "jsonl" or "title" not in (meta.get("text_fields") or []):
         return None
-    src = Path(meta["source"]) / "trn.jsonl"
-    recs = [(r.get("title") or "", r.get("content") or "") for _, r in read_json_lines(src)]
-    return [t for t, _ in recs], [c for _, c in recs]
+    src = json_split_file(meta["source"], "trn")
+    if src is None:   # the source folder moved since ingest: the neighbouring-sentence view instead
+        return None
+    # the uid rule of the JSON-lines loader: the record's "uid", else its row number
+    by_uid = {str(r.get("uid", i)): (r.get("title") or "", r.get("content") or "")
+              for i, (_, r) in enumerate(read_json_lines(src))}
+    if not all(u in by_uid for u in uids):
+        return None
+    return [by_uid[u][0] for u in uids], [by_uid[u][1] for u in uids]
 
 
 def _label_name_view(texts: list[str], label_texts: list[str], params: dict[str, Any]) -> tuple[Any, Any, str]:
@@ -51,13 +57,17 @@ def make_maclr_pairs(params: dict[str, Any], ws: Workspace) -> tuple[PseudoPairs
     cfg = params["maclr_pairs"]
     corpus = load_texts_only(ws.processed)
     t0 = time.perf_counter()
-    titled = _raw_titles(ws)
-    if titled is not None and len(titled[0]) == len(corpus):
+    titled = _raw_titles(ws, corpus.uids)
+    if titled is not None:
         ict = ict_pairs_from_titles(*titled, remove_title_prob=float(cfg["title_remove_prob"]), seed=int(cfg["seed"]))
         ict_kind = "title"
-    else:
+    elif corpus.groups is not None:
         ict = ict_pairs_from_groups(corpus.texts, corpus.groups, window=int(cfg["ict_window"]))
         ict_kind = "neighbouring_sentences"
+    else:   # short texts of their own (queries, product titles): the TF-IDF and name views carry Stage I
+        log.warning("no inverse-cloze pairs: the training instances have neither titles with content nor "
+                    "document groups")
+        ict, ict_kind = [], "none"
     ict_seconds = time.perf_counter() - t0
     t0 = time.perf_counter()
     # the baseline's vectoriser settings, fit on training + label texts; no validation or test text is read

@@ -30,7 +30,7 @@ from xmc.workspace import Workspace
 log = logging.getLogger(__name__)
 
 SUMMARY = "train_summary.json"
-MODEL_INFO = "model.json"    # {"run", "method", "predictor"}: what a package builder reads of a trained model
+MODEL_INFO = "model.json"    # {"run", "method", "predictor", "config"}: what a package builder reads of a trained model
 
 
 def training_inputs(method: Method, config: dict[str, Any], ws: Workspace) -> list[Path]:
@@ -70,8 +70,8 @@ def train_run(params: dict[str, Any], run: RunSpec, ws: Workspace, data: Any = N
             live.close()
         summary["machine"] = describe_machine()   # train_seconds compare only on the same hardware (xmc.machine)
         (tmp / SUMMARY).write_text(json.dumps(summary, indent=2, default=str))
-        (tmp / MODEL_INFO).write_text(json.dumps({"run": name, "method": run.method,
-                                                  "predictor": method.predictor_kind}, indent=2) + "\n")
+        (tmp / MODEL_INFO).write_text(json.dumps({"run": name, "method": run.method, "predictor": method.predictor_kind,
+                                                  "config": run.config}, indent=2, default=str) + "\n")
         if (tmp / "README.md").is_file():   # a sentence-transformers folder: its generic card gives way to ours
             (tmp / "README.md").write_text(encoder_card(name, run.method, run.config, summary,
                                                         params["data"]["dataset_dir"]), encoding="utf-8")

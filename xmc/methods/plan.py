@@ -118,13 +118,9 @@ def run_plan(params: dict[str, Any], run: RunSpec, ws: Workspace, stage: str = "
     inputs = {}
     for p in training_inputs(method, run.config, ws):
         inputs[p.as_posix()] = _sha256_tree(p) if p.exists() else None
-    extra: dict[str, Any] = {}
-    if run.method == "maclr_fewshot":   # the encoder it starts from is a trained model (a product or lab run)
-        init = Path(run.config["init"])
-        extra["init"] = {init.as_posix(): _sha256_tree(init) if init.exists() else None}
     return {"run": run.name, "method": run.method, "config": run.config,
             "settings": {k: params.get(k) for k in CONTEXT_KEYS},
-            "inputs": inputs, **extra,
+            "inputs": inputs,
             "code": {p.relative_to(REPO_ROOT).as_posix(): sha256_files([p]) for p in code}}
 
 
