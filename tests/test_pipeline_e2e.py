@@ -83,7 +83,8 @@ def test_lab_reads_the_product_and_decides_on_validation_only(repo):
     run(["dvc", "repro"], repo)
     lab = repo / "lab/params.yaml"
     lab.write_text(json.dumps({
-        "runs": {"tfidf_knn_k3": {"method": "tfidf_knn", "n_neighbors": 3}}, "hybrids": {}, "xr_linear": {},
+        "runs": {"tfidf_knn_k3": {"method": "tfidf_knn", "n_neighbors": 3}}, "from_product": {}, "hybrids": {},
+        "xr_linear": {},
         "ensemble": {"name": "ensemble_hybrid", "members": []},
         "selection": {"metric": "P@5", "alpha": 0.05, "choices": {
             "knn_neighbours": {"method": "tfidf_knn", "knob": "tfidf_knn: n_neighbors", "reference": "3",

@@ -53,8 +53,8 @@ def main() -> None:
     for pred, space in zip(names, spaces):
         package_run(product, pred, ws, model_dir=model_dir, splits=splits, run_params=config,
                     options={"space": space} if space else None)
-        shutil.rmtree(ws.package(pred))
-    shutil.rmtree(ws.root / "models", ignore_errors=True)
+    for kept in ("packages", "models"):   # the results stay; the package and the model go
+        shutil.rmtree(ws.root / kept, ignore_errors=True)
 
 
 if __name__ == "__main__":
