@@ -20,7 +20,7 @@ def pytest_configure(config) -> None:  # noqa: ANN001 (pytest's Config)
 # the most tests first, so these few-test files last
 SLOW_FILES = ["test_orchestration.py", "test_dense_e2e.py", "test_methods_e2e.py", "test_distributed.py",
               "test_scale.py", "test_pipeline_e2e.py", "test_own_dataset_e2e.py", "test_registry.py",
-              "test_kill_recovery.py", "test_cli_serve.py"]
+              "test_kill_recovery.py", "test_cli_serve.py", "test_serving_imports.py"]
 
 
 def pytest_collection_modifyitems(session, config, items) -> None:  # noqa: ANN001 (pytest's objects)
