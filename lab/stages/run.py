@@ -53,8 +53,8 @@ def main() -> None:
     for pred, space in zip(names, spaces):
         package_run(product, pred, ws, model_dir=model_dir, splits=splits, run_params=config,
                     options={"space": space} if space else None)
-    for kept in ("packages", "models"):   # the results stay; the package and the model go
-        shutil.rmtree(ws.root / kept, ignore_errors=True)
+    for scratch in ("packages", "models"):   # the results stay; the package and the model go
+        shutil.rmtree(ws.root / scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":
