@@ -37,6 +37,7 @@ def select(
     level: float = 0.95,
     seed_study: dict[str, Any] | None = None,
     val_fingerprint: str | None = None,
+    unit: str = "documents",
 ) -> dict[str, Any]:
     """Decide one choice from validation metrics and contributions (keyed by run name).
 
@@ -89,7 +90,7 @@ def select(
                          "(rerun python -m stages.evaluate <run> --split val)")
         return out
     r = paired_bootstrap(val_contrib[cands[best]], val_contrib[cands[ref]], metric,
-                         n_resamples=n_resamples, seed=seed, level=level)
+                         n_resamples=n_resamples, seed=seed, level=level, unit=unit)
     significant = r["p_value"] < alpha and r["diff"] > 0
     chosen = best if significant else ref
     outcome = (f"p = {r['p_value']:.3f} < {alpha:g}: choose {best}" if significant
@@ -173,6 +174,7 @@ def select_all(
     level: float = 0.95,
     seed_studies: dict[str, dict[str, Any]] | None = None,
     val_fingerprint: str | None = None,
+    unit: str = "documents",
 ) -> dict[str, Any]:
     """Every choice of params ``selection`` (partial: the schema's defaults fill the rest) plus the settings used:
     the content of reports/selection.json."""
@@ -182,10 +184,10 @@ def select_all(
     for name, choice in selection["choices"].items():
         study = (seed_studies or {}).get(str(choice["seed_study"]["file"])) if choice.get("seed_study") else None
         res = select({**choice, "name": name}, val_metrics, val_contrib, metric, alpha, n_resamples, seed, level,
-                     study, val_fingerprint)
+                     study, val_fingerprint, unit)
         choices.append({"name": str(name), **res})
     return {"settings": {"split": "val", "metric": metric, "alpha": alpha, "n_resamples": n_resamples,
-                         "seed": seed, "level": level, "rule": RULE},
+                         "seed": seed, "level": level, "unit": unit, "rule": RULE},
             "choices": choices}
 
 
@@ -193,7 +195,8 @@ def _header(settings: dict[str, Any]) -> list[str]:
     return [
         f"Choices are made on the validation split (group-disjoint from training), never on the test split. "
         f"Primary metric: {settings['metric']}; alpha = {settings['alpha']:g}. Rule: {RULE} "
-        f"(paired bootstrap over the validation instances, B = {settings['n_resamples']}, seed {settings['seed']}).",
+        f"(paired bootstrap over the validation {settings.get('unit', 'instances')}, B = {settings['n_resamples']}, "
+        f"seed {settings['seed']}).",
         "Final models train on the training split minus validation with the selected settings "
         "(no retraining on train+val).",
     ]

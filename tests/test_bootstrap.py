@@ -167,9 +167,9 @@ def test_save_load_round_trip_is_deterministic(tmp_path):
 
 
 def test_bootstrap_settings_defaults_and_overrides():
-    assert bootstrap_settings({}) == {"n_resamples": 1000, "seed": 0, "level": 0.95}
-    given = {"evaluate": {"bootstrap": {"seed": 3}}}
-    assert bootstrap_settings(given) == {"n_resamples": 1000, "seed": 3, "level": 0.95}
+    assert bootstrap_settings({}) == {"n_resamples": 1000, "seed": 0, "level": 0.95, "unit": "documents"}
+    given = {"evaluate": {"bootstrap": {"seed": 3, "unit": "instances"}}}
+    assert bootstrap_settings(given) == {"n_resamples": 1000, "seed": 3, "level": 0.95, "unit": "instances"}
 
 
 def test_contrib_path_keeps_splits_apart():
@@ -195,3 +195,64 @@ def test_cached_resample_blocks_are_the_streamed_ones_and_read_only():
     assert not first[0].flags.writeable
     a, b = _bernoulli(300, 0.6, 1), _bernoulli(300, 0.5, 2)
     assert paired_bootstrap(a, b, "P@1", n_resamples=50, seed=7) == paired_bootstrap(a, b, "P@1", n_resamples=50, seed=7)
+
+
+def _clustered(n_docs: int = 20, per_doc: int = 20, seed: int = 0):
+    """One metric whose per-instance values share a strong per-document effect (sentences of one text)."""
+    from xmc.metrics.bootstrap import InstanceContributions
+
+    rng = np.random.default_rng(seed)
+    g = np.repeat(np.arange(n_docs), per_doc)
+    num = np.clip(0.5 + rng.normal(0, 0.3, n_docs)[g] + rng.normal(0, 0.1, len(g)), 0, 1)[None]
+    return InstanceContributions(["P@1"], num, np.ones_like(num), g)
+
+
+def test_documents_as_units_widen_intervals_of_clustered_rows_and_equal_instances_when_each_row_is_one():
+    from dataclasses import replace
+
+    from xmc.metrics.bootstrap import bootstrap_intervals
+
+    c = _clustered()
+    lo_i, hi_i = bootstrap_intervals(c, unit="instances")["P@1"]
+    lo_d, hi_d = bootstrap_intervals(c)["P@1"]          # documents: the default
+    assert (hi_d - lo_d) > 2.5 * (hi_i - lo_i)
+    own = replace(c, groups=np.arange(c.n))              # every instance its own document: the same draws
+    assert bootstrap_intervals(own) == bootstrap_intervals(c, unit="instances")
+    assert bootstrap_intervals(replace(c, groups=None)) == bootstrap_intervals(c, unit="instances")
+
+
+def test_document_codes_and_groups_survive_save_and_load(tmp_path):
+    from xmc.metrics.bootstrap import InstanceContributions, document_codes
+
+    assert document_codes(["a", "a", None, "b", None, "a"], 6).tolist() == [0, 0, 1, 2, 3, 0]
+    assert document_codes(None, 3) is None
+    with pytest.raises(ValueError):
+        document_codes(["a"], 2)
+    c = _clustered()
+    c.save(tmp_path / "c.npz")
+    back = InstanceContributions.load(tmp_path / "c.npz")
+    assert (back.groups == c.groups).all() and np.array_equal(back.num, c.num)
+
+
+def test_paired_bootstrap_over_documents_and_its_refusal_of_other_documents():
+    from dataclasses import replace
+
+    from xmc.metrics.bootstrap import paired_bootstrap
+
+    a = _clustered(seed=0)
+    b = replace(a, num=np.clip(a.num - 0.02, 0, 1))
+    r = paired_bootstrap(a, b, "P@1")
+    assert r["unit"] == "documents" and r["n_units"] == 20 and r["n"] == 400
+    assert paired_bootstrap(a, b, "P@1", unit="instances")["unit"] == "instances"
+    with pytest.raises(ValueError, match="same documents"):
+        paired_bootstrap(a, replace(b, groups=np.arange(b.n)), "P@1")
+    # a side evaluated without documents: the pair is drawn over instances, and says so
+    assert paired_bootstrap(a, replace(b, groups=None), "P@1")["unit"] == "instances"
+
+
+def test_holm_adjusted_p_values():
+    from xmc.metrics.bootstrap import holm_adjusted
+
+    assert holm_adjusted([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
+    assert holm_adjusted([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert holm_adjusted([]) == []

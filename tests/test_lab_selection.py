@@ -254,7 +254,7 @@ def test_selection_stage_uses_validation_only(tmp_path):
     assert p.returncode == 0, p.stderr
     rep = json.loads((repo / "lab/reports/selection.json").read_text())
     assert rep["settings"] == {"split": "val", "metric": "P@5", "alpha": 0.05, "n_resamples": 300, "seed": 0,
-                               "level": 0.95, "rule": rep["settings"]["rule"]}
+                               "level": 0.95, "unit": "documents", "rule": rep["settings"]["rule"]}
     by = {c["name"]: c for c in rep["choices"]}
     assert by["positive_sampling"]["chosen"] == "inverse_propensity" and by["positive_sampling"]["default_is_chosen"]
     assert by["stage2_select"]["chosen"] == "union" and by["stage2_select"]["default_is_chosen"] is False

@@ -383,3 +383,27 @@ def test_live_page_renders_a_training_record_while_it_grows(tmp_path):
     live.log(21, {"train/loss": 0.1})     # the run goes on: the page follows
     live.close()
     assert json.loads((run / "metrics.json").read_text())["train"]["loss"] == 0.1
+
+
+def test_paired_verdicts_read_holm_adjusted_p_over_the_report(tmp_path):
+    """Three pairs x two metrics are one family: each verdict reads the Holm-adjusted p, which is never below the
+    raw one, and a raw p under alpha whose adjusted p is not is reported as a tie."""
+    import numpy as np
+
+    from xmc.metrics.bootstrap import InstanceContributions
+    from xmc.report.table import paired_comparisons
+
+    rng = np.random.default_rng(0)
+    n = 600
+    g = np.repeat(np.arange(60), 10)
+    base = rng.uniform(0, 1, n)
+    for name, shift in (("a", 0.0), ("b", 0.012), ("c", 0.2), ("d", 0.0)):
+        v = np.clip(base + shift + rng.normal(0, 0.05, n), 0, 1)
+        InstanceContributions(["P@1", "P@5"], np.vstack([v, v]), np.ones((2, n)), g).save(tmp_path / f"{name}.npz")
+    rows, skipped = paired_comparisons([["b", "a"], ["c", "a"], ["d", "a"]], [tmp_path], metrics=["P@1", "P@5"],
+                                       n_resamples=400)
+    assert not skipped and len(rows) == 6
+    for r in rows:
+        assert r["p_holm"] >= r["p_value"] and r["unit"] == "documents" and r["n_units"] == 60
+        assert (r["verdict"] == "tie") == (r["p_holm"] >= 0.05)
+    assert {r["better"] for r in rows if r["b"] == "a" and r["a"] == "c"} == {"c"}

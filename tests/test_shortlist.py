@@ -104,7 +104,7 @@ def test_the_package_stage_keeps_the_shortlist_and_the_package_serves_it(tmp_pat
 
     params, ds, ws, run = _tiny_run(tmp_path, monkeypatch, "auto")
     # a significant loss on validation would reject the shortlist: make the decision see a tie
-    _verdicts(monkeypatch, lambda a, b, metric, *args: {
+    _verdicts(monkeypatch, lambda a, b, metric, *args, **kwargs: {
         "metric": metric, "a": 50.0, "b": 50.0, "diff": 0.0, "ci95": [-1.0, 1.0], "p_value": 1.0})
     out = _package(params, ws, run)
     timing = out["timing"]
@@ -139,7 +139,7 @@ def test_the_package_stage_keeps_the_shortlist_and_the_package_serves_it(tmp_pat
 
 def test_the_package_stage_builds_the_index_where_validation_rejects_the_shortlist(tmp_path, monkeypatch):
     params, _, ws, run = _tiny_run(tmp_path, monkeypatch, "auto")
-    _verdicts(monkeypatch, lambda a, b, metric, *args: {
+    _verdicts(monkeypatch, lambda a, b, metric, *args, **kwargs: {
         "metric": metric, "a": 40.0, "b": 50.0, "diff": -10.0, "ci95": [-15.0, -5.0], "p_value": 0.001})
     timing = _package(params, ws, run)["timing"]
     assert timing["predictor"] == "dense" and timing["index_kind"] == "hnsw"
@@ -193,7 +193,7 @@ def test_the_shortlist_size_is_the_smallest_unless_a_larger_is_significantly_bet
     params["index"]["shortlist_k"] = [7, 5]
     answers = iter([(1.0, 0.001) if larger_better else (1.0, 0.3), (0.0, 1.0)])   # k7 vs k5, then vs exact
 
-    def fake(a, b, metric, *args):
+    def fake(a, b, metric, *args, **kwargs):
         diff, p = next(answers)
         return {"metric": metric, "a": 50.0 + diff, "b": 50.0, "diff": diff, "ci95": [0.0, 0.0], "p_value": p}
 

@@ -12,6 +12,7 @@ Only the split's labels, the training label counts and the test filter are read.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ import numpy as np
 from xmc.data.dataset import XMCDataset
 from xmc.io import write_json
 from xmc.metrics import evaluate_topk
-from xmc.metrics.bootstrap import bootstrap_intervals, bootstrap_settings
+from xmc.metrics.bootstrap import bootstrap_intervals, bootstrap_settings, document_codes
 from xmc.predictions import TopK
 from xmc.workspace import Workspace
 
@@ -33,9 +34,14 @@ def evaluate_split(pred: TopK, ds: XMCDataset, split: str, params: dict[str, Any
     res = evaluate_topk(pred, part.Y.tocsr(), freq, ds.trn.Y.shape[0], ks=tuple(ev["ks"]),
                         recall_ks=tuple(ev["recall_ks"]), a=float(ev["propensity_a"]), b=float(ev["propensity_b"]),
                         filt=filt)
+    contrib = replace(res["contributions"], groups=document_codes(part.groups, len(part)))
+    boot = bootstrap_settings(params)
     m: dict[str, Any] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in res["metrics"].items()}
-    m["ci95"] = bootstrap_intervals(res["contributions"], **bootstrap_settings(params))
-    return {"metrics": m, "contributions": res["contributions"], "curves": res["curves"],
+    m["ci95"] = bootstrap_intervals(contrib, **boot)
+    _, _, unit = contrib.resampling_units(boot["unit"])
+    m["ci95_unit"] = unit
+    m["n_test_documents"] = int(contrib.groups.max()) + 1 if contrib.groups is not None and contrib.n else None
+    return {"metrics": m, "contributions": contrib, "curves": res["curves"],
             "recall_by_frequency": res["recall_by_frequency"]}
 
 

@@ -144,6 +144,7 @@ class BootstrapConfig(Section):
     n_resamples: Annotated[int, Field(ge=10, le=1_000_000)] = 1000
     seed: Seed = 0
     level: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
+    unit: Literal["documents", "instances"] = "documents"
 
 
 class EvaluateConfig(Section):

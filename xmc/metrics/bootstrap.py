@@ -7,6 +7,11 @@ positives). Storing ``num`` and ``den`` per instance lets one resample instances
 replacement (the percentile bootstrap) without the predictions, and lets two methods be
 compared on the *same* resamples (the paired bootstrap), which is what makes small
 differences testable.
+
+Rows of one document (the sentences of one text, the binaries of one source package) are not
+independent, so by default the resampled units are the split's documents: each document's
+``num`` and ``den`` are summed and whole documents are drawn (the cluster bootstrap of a ratio
+of sums). A split without documents resamples its instances.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ class InstanceContributions:
     names: list[str]
     num: np.ndarray  # (n_metrics, n) float64
     den: np.ndarray  # (n_metrics, n) float64
+    groups: np.ndarray | None = None   # (n,) int64: each instance's document (document_codes), or None
 
     def __post_init__(self) -> None:
         self.names = [str(x) for x in self.names]
@@ -50,6 +56,11 @@ class InstanceContributions:
         self.den = np.asarray(self.den, dtype=np.float64)
         if self.num.shape != self.den.shape or self.num.ndim != 2 or self.num.shape[0] != len(self.names):
             raise ValueError(f"num {self.num.shape} and den {self.den.shape} must be ({len(self.names)}, n)")
+        if self.groups is not None:
+            self.groups = np.asarray(self.groups, dtype=np.int64)
+            if self.groups.shape != (self.num.shape[1],) or (len(self.groups) and self.groups.min() < 0):
+                raise ValueError(f"groups must hold one document index >= 0 per instance ({self.num.shape[1]}), "
+                                 f"got shape {self.groups.shape}")
 
     @property
     def n(self) -> int:
@@ -68,14 +79,41 @@ class InstanceContributions:
         num, den = self.num.sum(1), self.den.sum(1)
         return {m: (100.0 * float(num[j] / den[j]) if den[j] > 0 else 0.0) for j, m in enumerate(self.names)}
 
+    def resampling_units(self, unit: str = "documents") -> tuple[np.ndarray, np.ndarray, str]:
+        """(num, den, unit) over the units a bootstrap draws: per document (summed over its instances) when
+        ``unit`` is "documents" and the instances have documents, else per instance."""
+        if unit not in ("documents", "instances"):
+            raise ValueError(f"bootstrap unit must be 'documents' or 'instances', not {unit!r}")
+        if unit == "instances" or self.groups is None:
+            return self.num, self.den, "instances"
+        n_docs = int(self.groups.max()) + 1 if self.n else 0
+        member = sp.csr_matrix((np.ones(self.n), (self.groups, np.arange(self.n))), shape=(n_docs, self.n))
+        return np.asarray((member @ self.num.T).T), np.asarray((member @ self.den.T).T), "documents"
+
     def save(self, path: str | Path) -> None:
         """Byte-identical npz for identical contributions (DVC hashes it); no pickled objects."""
-        save_npz_deterministic(path, names=np.array(self.names, dtype=np.str_), num=self.num, den=self.den)
+        extra = {} if self.groups is None else {"groups": self.groups}
+        save_npz_deterministic(path, names=np.array(self.names, dtype=np.str_), num=self.num, den=self.den, **extra)
 
     @classmethod
     def load(cls, path: str | Path) -> InstanceContributions:
         with np.load(path, allow_pickle=False) as z:
-            return cls([str(x) for x in z["names"]], z["num"], z["den"])
+            groups = z["groups"] if "groups" in z.files else None
+            return cls([str(x) for x in z["names"]], z["num"], z["den"], groups)
+
+
+def document_codes(groups: Sequence[str | None] | None, n: int) -> np.ndarray | None:
+    """Each instance's document as an index (first appearance order) for :class:`InstanceContributions`; an
+    instance without a document is a document of its own. None when the split has no documents."""
+    if groups is None:
+        return None
+    if len(groups) != n:
+        raise ValueError(f"{len(groups)} documents given for {n} instances")
+    index: dict[Any, int] = {}
+    codes = np.empty(n, dtype=np.int64)
+    for i, g in enumerate(groups):
+        codes[i] = index.setdefault(("doc", g) if g is not None else ("row", i), len(index))
+    return codes
 
 
 def contrib_path(run: str, split: str = "tst", ablation: bool = False, root: str | Path = EVALUATION_DIR,
@@ -203,11 +241,12 @@ def _ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return np.divide(100.0 * num, den, out=np.zeros_like(num, dtype=np.float64), where=den > 0)
 
 
-def _resampled(c: InstanceContributions, n_resamples: int, seed: int, rows: list[int]) -> np.ndarray:
+def _resampled(c: InstanceContributions, n_resamples: int, seed: int, rows: list[int], unit: str) -> np.ndarray:
     """(n_resamples, len(rows)) metric values over the resamples."""
-    num, den = c.num[rows], c.den[rows]
+    num, den, _ = c.resampling_units(unit)
+    num, den = num[rows], den[rows]
     out = []
-    for w in _float_blocks(c.n, n_resamples, seed):
+    for w in _float_blocks(num.shape[1], n_resamples, seed):
         out.append(_ratio(w @ num.T, w @ den.T))
     return np.concatenate(out, axis=0)
 
@@ -219,10 +258,11 @@ def _percentiles(x: np.ndarray, level: float) -> np.ndarray:
 
 
 def bootstrap_intervals(
-    c: InstanceContributions, n_resamples: int = 1000, seed: int = 0, level: float = 0.95
+    c: InstanceContributions, n_resamples: int = 1000, seed: int = 0, level: float = 0.95, unit: str = "documents"
 ) -> dict[str, list[float]]:
-    """Percentile bootstrap interval [lo, hi] (percent, 2 decimals) of every metric in ``c``."""
-    stats = _resampled(c, n_resamples, seed, list(range(len(c.names))))
+    """Percentile bootstrap interval [lo, hi] (percent, 2 decimals) of every metric in ``c``, resampling ``unit``
+    (documents where ``c`` has them)."""
+    stats = _resampled(c, n_resamples, seed, list(range(len(c.names))), unit)
     lo, hi = _percentiles(stats, level)
     return {m: [round(float(lo[j]), 2), round(float(hi[j]), 2)] for j, m in enumerate(c.names)}
 
@@ -234,27 +274,48 @@ def paired_bootstrap(
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    unit: str = "documents",
 ) -> dict[str, Any]:
     """Difference a - b of ``metric`` on the same instances, its interval and two-sided p-value.
 
     Both methods are resampled with the same weights, so instance difficulty cancels out. The
     p-value is that of the centred bootstrap: how often a resampled difference strays from the
-    observed one by at least the observed distance from zero.
+    observed one by at least the observed distance from zero. ``unit``: what is drawn (documents where
+    both sides have the same ones, else instances).
     """
     if a.n != b.n:
         raise ValueError(f"paired bootstrap needs the same instances: a has {a.n}, b has {b.n}")
+    if a.groups is not None and b.groups is not None and not np.array_equal(a.groups, b.groups):
+        raise ValueError("paired bootstrap needs the same documents on both sides (one evaluation is stale?)")
+    if a.groups is None or b.groups is None:
+        unit = "instances"   # documents only where both sides know them (an evaluation written before they were kept)
     ja, jb = a.row(metric), b.row(metric)
     va, vb = a.values()[metric], b.values()[metric]
     d_hat = va - vb
+    (na, da, used), (nb, db, _) = a.resampling_units(unit), b.resampling_units(unit)
     diffs = []
-    for w in _float_blocks(a.n, n_resamples, seed):
-        diffs.append(_ratio(w @ a.num[ja], w @ a.den[ja]) - _ratio(w @ b.num[jb], w @ b.den[jb]))
+    for w in _float_blocks(na.shape[1], n_resamples, seed):
+        diffs.append(_ratio(w @ na[ja], w @ da[ja]) - _ratio(w @ nb[jb], w @ db[jb]))
     d = np.concatenate(diffs)
     lo, hi = _percentiles(d, level)
     p = (1 + int(np.count_nonzero(np.abs(d - d_hat) >= abs(d_hat)))) / (n_resamples + 1)
     return {"metric": metric, "a": round(va, 4), "b": round(vb, 4), "diff": round(d_hat, 4),
             "ci95": [round(float(lo), 2), round(float(hi), 2)], "p_value": float(p),
-            "n": a.n, "n_resamples": int(n_resamples), "seed": int(seed), "level": float(level)}
+            "n": a.n, "unit": used, "n_units": int(na.shape[1]), "n_resamples": int(n_resamples),
+            "seed": int(seed), "level": float(level)}
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values of one family of tests (same order as given): a test is significant
+    at alpha after correction iff its adjusted p < alpha; the family-wise error rate is then at most alpha."""
+    p = np.asarray(p_values, dtype=np.float64)
+    m = len(p)
+    adj = np.empty(m)
+    running = 0.0
+    for rank, i in enumerate(np.argsort(p, kind="stable")):
+        running = max(running, min(1.0, (m - rank) * float(p[i])))
+        adj[i] = running
+    return adj.tolist()
 
 
 def verdict(p_value: float, diff: float, alpha: float = 0.05) -> str:

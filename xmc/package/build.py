@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,8 @@ from xmc.data.dataset import XMCDataset
 from xmc.errors import ConfigError, DataFormatError
 from xmc.evaluation import evaluate_split, write_evaluation
 from xmc.io import atomic_dir, read_json_file, sha256_files, write_json
-from xmc.metrics.bootstrap import bootstrap_settings, instance_contributions, paired_bootstrap, verdict
+from xmc.metrics.bootstrap import (bootstrap_settings, document_codes, instance_contributions, paired_bootstrap,
+                                   verdict)
 from xmc.cards import training_record
 from xmc.package.package import finish_package
 from xmc.package.predictors import Predictor, ShortlistPredictor, predictor_class
@@ -141,11 +143,15 @@ def _shortlist_or_index(cls: type[Predictor], source: Path, out: Path, ds: XMCDa
         Y_val = ds.val.Y.tocsr()
 
         def contributions(D: np.ndarray, I: np.ndarray, rows: Any = slice(None)) -> Any:
-            return instance_contributions(TopK(I.astype(np.int32), D.astype(np.float32)), Y_val[rows], freq,
-                                          ds.trn.Y.shape[0], recall_ks=(min(10, k), min(100, k)))
+            c = instance_contributions(TopK(I.astype(np.int32), D.astype(np.float32)), Y_val[rows], freq,
+                                       ds.trn.Y.shape[0], recall_ks=(min(10, k), min(100, k)))
+            groups = ds.val.groups
+            if groups is not None:   # the documents of the rows compared (all of them, or a sample)
+                groups = list(groups) if isinstance(rows, slice) else [groups[int(i)] for i in np.asarray(rows)]
+            return replace(c, groups=document_codes(groups, c.n))
 
         def paired(a: Any, b: Any, names: tuple[str, str]) -> dict[str, Any]:
-            test = paired_bootstrap(a, b, metric, bs["n_resamples"], bs["seed"], bs["level"])
+            test = paired_bootstrap(a, b, metric, bs["n_resamples"], bs["seed"], bs["level"], unit=bs["unit"])
             test["verdict"] = verdict(test["p_value"], test["diff"], alpha).replace(
                 "A ", f"{names[0]} ").replace("B ", f"{names[1]} ")
             return test

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from xmc.io import read_json
-from xmc.metrics.bootstrap import InstanceContributions, paired_bootstrap, verdict
+from xmc.metrics.bootstrap import InstanceContributions, holm_adjusted, paired_bootstrap, verdict
 
 COLUMNS = ["P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100", "unseen_R@100", "train_seconds", "predict_seconds"]
 HEADERS = {"unseen_R@100": "unseen R@100", "train_seconds": "train s", "predict_seconds": "predict s"}
@@ -97,12 +97,14 @@ def paired_comparisons(
     n_resamples: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    unit: str = "documents",
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Paired bootstrap a - b on every metric of every pair whose two contribution files exist.
 
     A run's contributions are ``<dir>/<run>.npz`` in the first of ``contrib_dirs`` holding one (the
     ablation report pairs a main run, evaluation/tst, with an ablation, evaluation/ablations).
-    Returns the result rows and one note per pair left out (so the report says why it is absent).
+    Returns the result rows and one note per pair left out (so the report says why it is absent). The rows are
+    one family of tests: each verdict reads its Holm-adjusted p (``p_holm``), ``p_value`` is the raw one.
     """
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
@@ -121,13 +123,24 @@ def paired_comparisons(
         for m in metrics:
             if m not in ca.names or m not in cb.names:
                 continue
-            r = paired_bootstrap(ca, cb, m, n_resamples=n_resamples, seed=seed, level=level)
-            v = verdict(r["p_value"], r["diff"], alpha)
+            r = paired_bootstrap(ca, cb, m, n_resamples=n_resamples, seed=seed, level=level, unit=unit)
             rows.append({"a": a, "b": b, "metric": m, "a_value": r["a"], "b_value": r["b"], "diff": r["diff"],
-                         "ci95": r["ci95"], "p_value": r["p_value"], "verdict": v.lower(),
-                         "better": {"A better": a, "B better": b}.get(v), "alpha": alpha, "n": r["n"],
-                         "n_resamples": r["n_resamples"], "seed": r["seed"], "level": r["level"]})
+                         "ci95": r["ci95"], "p_value": r["p_value"], "alpha": alpha, "n": r["n"], "unit": r["unit"],
+                         "n_units": r["n_units"], "n_resamples": r["n_resamples"], "seed": r["seed"],
+                         "level": r["level"]})
+    # many tests in one report: a claim stands only after Holm's correction over all of them
+    for row, p_holm in zip(rows, holm_adjusted([row["p_value"] for row in rows])):
+        v = verdict(p_holm, row["diff"], alpha)
+        row.update(p_holm=p_holm, verdict=v.lower(), better={"A better": row["a"], "B better": row["b"]}.get(v),
+                   correction=f"holm over {len(rows)} tests")
     return rows, skipped
+
+
+def _over(p: dict[str, Any], split: str = "test") -> str:
+    """"the same 19 test documents (2097 instances)" or "the same 2097 test instances": what a paired test drew."""
+    if p.get("unit") == "documents":
+        return f"the same {p['n_units']} {split} documents ({p['n']} instances)"
+    return f"the same {p['n']} {split} instances"
 
 
 def _fmt(v: Any, col: str) -> str:
@@ -169,7 +182,12 @@ def interval_note(rows: list[dict[str, Any]], bootstrap: dict[str, Any] | None) 
     if not bootstrap or not any(r.get("ci95") for r in rows):
         return ""
     n = next((r["n_test"] for r in rows if "n_test" in r), None)
-    over = f"the {n} test instances" if n is not None else "test instances"
+    docs = next((r["n_test_documents"] for r in rows if r.get("ci95_unit") == "documents"
+                 and r.get("n_test_documents")), None)
+    if docs is not None:
+        over = f"the {docs} test documents ({n} instances; whole documents are drawn)"
+    else:
+        over = f"the {n} test instances" if n is not None else "test instances"
     lvl = f"{100 * float(bootstrap['level']):g} %"
     return (f"Cells: value [{lvl} interval]. Intervals are {lvl} percentile bootstrap intervals over {over} "
             f"(B = {bootstrap['n_resamples']} resamples, seed {bootstrap['seed']}).")
@@ -184,9 +202,10 @@ def _paired_note(paired: list[dict[str, Any]], alpha: float) -> str:
     if not paired:
         return ""
     p = paired[0]
-    return (f"Paired bootstrap over the same {p['n']} test instances (B = {p['n_resamples']}, seed {p['seed']}): "
+    return (f"Paired bootstrap over {_over(p)} (B = {p['n_resamples']}, seed {p['seed']}): "
             f"diff = a − b with its {100 * p['level']:g} % interval; two-sided p from the centred bootstrap; "
-            f"verdict at α = {alpha:g}.")
+            f"the verdict reads Holm's adjusted p over the {len(paired)} tests of this report at α = {alpha:g} "
+            "(tie: not significant after the correction).")
 
 
 def _verdict_text(p: dict[str, Any]) -> str:
@@ -218,11 +237,11 @@ def render_markdown(rows: list[dict[str, Any]], title: str = "", bootstrap: dict
     if paired or skipped:
         lines += ["", "### Paired comparisons", ""]
     if paired:
-        lines += ["| a | b | metric | a (%) | b (%) | a − b [95 % CI] | p | verdict |", "|" + "---|" * 8]
+        lines += ["| a | b | metric | a (%) | b (%) | a − b [95 % CI] | p | p (Holm) | verdict |", "|" + "---|" * 9]
         for p in paired:
             lines.append(f"| {p['a']} | {p['b']} | {p['metric']} | {p['a_value']:.1f} | {p['b_value']:.1f} | "
                          f"{p['diff']:+.2f} [{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}] | {p['p_value']:.3f} | "
-                         f"{_verdict_text(p)} |")
+                         f"{p['p_holm']:.3f} | {_verdict_text(p)} |")
         lines += ["", _paired_note(paired, alpha)]
     if skipped:
         lines.append("")
@@ -263,8 +282,8 @@ def _delta_note(deltas: list[dict[str, Any]], alpha: float) -> str:
     p = next(iter(v for d in deltas for v in d["metrics"].values() if v), None)
     if p is None:
         return ""
-    return (f"Δ = ablation − control in percentage points, paired bootstrap over the same {p['n']} test instances "
-            f"(B = {p['n_resamples']}, seed {p['seed']}); the verdict reads P@5 at α = {alpha:g}.")
+    return (f"Δ = ablation − control in percentage points, paired bootstrap over {_over(p)} "
+            f"(B = {p['n_resamples']}, seed {p['seed']}); the verdict reads P@5's Holm-adjusted p at α = {alpha:g}.")
 
 
 def _delta_table_html(deltas: list[dict[str, Any]]) -> str:
@@ -326,10 +345,10 @@ def render_html(rows: list[dict[str, Any]], title: str, images: list[str], boots
         parts.append("<h2>Paired comparisons</h2>")
     if paired:
         parts.append(_html_table(
-            ["a", "b", "metric", "a (%)", "b (%)", "a − b [95 % CI]", "p", "verdict"],
+            ["a", "b", "metric", "a (%)", "b (%)", "a − b [95 % CI]", "p", "p (Holm)", "verdict"],
             [[e(p["a"]), e(p["b"]), e(p["metric"]), f"{p['a_value']:.1f}", f"{p['b_value']:.1f}",
               f"{p['diff']:+.2f} <span class='ci'>[{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}]</span>",
-              f"{p['p_value']:.3f}", e(_verdict_text(p))] for p in paired]))
+              f"{p['p_value']:.3f}", f"{p['p_holm']:.3f}", e(_verdict_text(p))] for p in paired]))
         parts.append(f"<p class='note'>{e(_paired_note(paired, alpha))}</p>")
     if skipped:
         parts.append("<ul>" + "".join(f"<li>not compared: {e(s)}</li>" for s in skipped) + "</ul>")
