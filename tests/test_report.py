@@ -403,6 +403,8 @@ def test_paired_verdicts_read_holm_adjusted_p_over_the_report(tmp_path):
     rows, skipped = paired_comparisons([["b", "a"], ["c", "a"], ["d", "a"]], [tmp_path], metrics=["P@1", "P@5"],
                                        n_resamples=400)
     assert not skipped and len(rows) == 6
+    # resolution: the smallest bootstrap p (1 / (B + 1)) times the family size stays well under alpha
+    assert all(r["n_resamples"] >= 10 * 6 / 0.05 for r in rows)
     for r in rows:
         assert r["p_holm"] >= r["p_value"] and r["unit"] == "documents" and r["n_units"] == 60
         assert (r["verdict"] == "tie") == (r["p_holm"] >= 0.05)
