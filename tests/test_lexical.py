@@ -598,3 +598,23 @@ def test_feature_rows_are_the_features_of_each_match(matcher):
     assert np.array_equal(F, np.asarray([e[2] for e in expect], np.float64))
     empty = matcher.feature_rows([{}, {}], prior, mfs)
     assert [a.shape for a in empty] == [(0,), (0,), (0, 7)]
+
+
+def test_identifier_label_texts_name_the_identifier_and_describe_with_the_rest():
+    """``name: description`` with one identifier before the colon (debian-relations' packages): auto reads the
+    identifier as the name, and a text mentioning it finds the label; WordNet texts stay in prefix mode."""
+    from xmc.lexical import LabelNameMatcher, parse_label_names
+    from xmc.lexical.names import label_text_view
+
+    texts = ["0ad: Real-time strategy game of ancient warfare", "0ad-data: Real-time strategy game (data files)",
+             "libfoo1: foo runtime library", "python3-numpy: Fast array facility for Python 3",
+             "libfoo-dev: development files of foo"]
+    names = parse_label_names(texts)
+    assert names.mode == "identifier"
+    assert names.names == [["0ad"], ["0ad data"], ["libfoo1"], ["python3 numpy"], ["libfoo dev"]]
+    assert label_text_view(texts[3], "names") == "python3-numpy"
+    assert label_text_view(texts[3], "description") == "Fast array facility for Python 3"
+    found = LabelNameMatcher(names, 4, texts).match("0ad-data-common: common files for 0ad and python3-numpy")
+    assert {0, 1, 3} <= set(found) and 2 not in set(found)
+    assert parse_label_names(["breathe, take a breath (v): draw air into the lungs"] * 3).mode == "prefix"
+    assert parse_label_names(["Harry Potter and the Goblet of Fire", "A title: with a colon"]).mode == "text"

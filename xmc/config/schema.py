@@ -539,7 +539,7 @@ class PretrainedConfig(Section):
 class LabelNamesConfig(Section):
     """Which part of a label text is its name (xmc.lexical.names) and how long a name may be."""
 
-    mode: Literal["auto", "prefix", "text"] = "auto"
+    mode: Literal["auto", "prefix", "identifier", "text"] = "auto"
     max_words: Annotated[int, Field(ge=1, le=8)] = 4
     cased_names: bool = True   # names written with capitals match only that spelling (abbreviations: "He", "Sat")
 

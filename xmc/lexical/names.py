@@ -6,8 +6,11 @@ name depends on the dataset:
 
 * ``prefix``: ``"name, other name (pos): description"``, the WordNet style of semcor-wn30's label texts:
   the names before `` (<tag>): ``, split on ``", "``, and the tag (part of speech) kept;
+* ``identifier``: ``"name: description"`` where the name is one identifier without spaces (a Debian package
+  ``libfoo-dev: development files of foo``, a SKU, a slug): the identifier is the name, the rest the description;
 * ``text``: the whole label text is one name (titles: LF-AmazonTitles, LF-WikiSeeAlsoTitles);
-* ``auto``: ``prefix`` when most label texts have that shape, else ``text``.
+* ``auto``: ``prefix`` when most label texts have that shape, else ``identifier`` when most have that one, else
+  ``text``.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 from xmc.errors import ConfigError
 
 PREFIX = re.compile(r"^(?P<names>[^:()]{1,400}?) \((?P<tag>[a-z])\): ")
-MODES = ("auto", "prefix", "text")
+IDENTIFIER = re.compile(r"^(?P<name>[^\s:()]{1,200}): ")
+MODES = ("auto", "prefix", "identifier", "text")
 # what part of a label text an encoder reads: all of it, the names (with the tag), or the description
 LABEL_TEXT_VIEWS = ("full", "names", "description")
 
@@ -50,12 +54,25 @@ def parse_label_names(label_texts: Sequence[str], mode: str = "auto") -> LabelNa
         raise ConfigError(f"label_names.mode must be one of {', '.join(MODES)} (got {mode!r})")
     matches = [PREFIX.match(t) for t in label_texts]
     if mode == "auto":
-        mode = "prefix" if label_texts and sum(m is not None for m in matches) >= 0.9 * len(label_texts) else "text"
+        most = 0.9 * len(label_texts)
+        if label_texts and sum(m is not None for m in matches) >= most:
+            mode = "prefix"
+        elif label_texts and sum(IDENTIFIER.match(t) is not None for t in label_texts) >= most:
+            mode = "identifier"
+        else:
+            mode = "text"
+    if mode == "identifier":
+        matches = [IDENTIFIER.match(t) for t in label_texts]
     names: list[list[str]] = []
     tags: list[str | None] = []
     cased: list[dict[str, str]] = []
     for text, m in zip(label_texts, matches):
-        if mode == "prefix" and m is not None:
+        if mode == "identifier" and m is not None:
+            n = normalise_name(m["name"])
+            names.append([n] if n else [])
+            tags.append(None)
+            cased.append({})
+        elif mode == "prefix" and m is not None:
             raw = m["names"].split(", ")
             parts = [normalise_name(p) for p in raw]
             names.append([p for p in dict.fromkeys(parts) if p])
@@ -81,7 +98,7 @@ def label_text_view(text: str, view: str) -> str:
         return text
     if view not in LABEL_TEXT_VIEWS:
         raise ConfigError(f"encoder.label_text must be one of {', '.join(LABEL_TEXT_VIEWS)} (got {view!r})")
-    m = PREFIX.match(text)
+    m = PREFIX.match(text) or IDENTIFIER.match(text)
     if m is None:
         return text
     part = text[: m.end()].rstrip(": ") if view == "names" else text[m.end():].strip()

@@ -36,6 +36,7 @@ from xmc.encoders.build import load_encoder
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import read_json_file, save_csr
 from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_scores
+from xmc.lexical.names import MODES
 from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
 from xmc.models.astra import is_astra_model, load_astra
 from xmc.models.device import on_inference_device
@@ -432,7 +433,7 @@ def _load_counts(path: Path, n_labels: int) -> np.ndarray:
 def _lexical_settings(section: dict[str, Any], where: Path) -> dict[str, Any]:
     mode, words = section.get("label_names"), section.get("max_words")
     cased = section.get("cased_names", False)   # packages written before the option matched case-blind
-    if mode not in ("auto", "prefix", "text") or not isinstance(words, int) or words < 1 or not isinstance(cased, bool):
+    if mode not in MODES or not isinstance(words, int) or words < 1 or not isinstance(cased, bool):
         raise DataFormatError(where, None, "not a label-name predictor description (label_names, max_words, cased_names)")
     return {"mode": mode, "max_words": words, "cased_names": cased}
 
