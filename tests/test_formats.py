@@ -659,3 +659,22 @@ def test_large_json_files_parse_the_same_with_or_without_orjson(tmp_path, monkey
     f.write_text('{"x": 1,\n "y": }')
     with pytest.raises(DataFormatError, match=r"v\.json:2: malformed JSON"):
         io.read_json_file(f)
+
+
+def test_xc_raw_rows_written_as_uid_colon_text_align_with_a_sidecar_holding_the_text_alone(tmp_path):
+    """debian-relations' raw rows are "<package>: <synopsis>" and its trn.jsonl holds the synopsis alone: the two
+    align (documents read from the sidecar); a row that is neither is still refused as misaligned."""
+    d = tmp_path / "pkgs"
+    d.mkdir()
+    (d / "lbl.raw.txt").write_text("libfoo1: foo runtime\nlibbar1: bar runtime\n")
+    (d / "trn.raw.txt").write_text("foo-utils: tools for foo\nbar-utils: tools for bar\n")
+    (d / "trn_X_Y.txt").write_text("2 2\n0:1\n1:1\n")
+    (d / "trn.jsonl").write_text(jl({"uid": "foo-utils", "doc": "foo", "text": "tools for foo"},
+                                    {"uid": "bar-utils", "doc": "bar", "text": "tools for bar"}))
+    ds = load_dataset_dir(d)
+    assert ds.trn.texts == ["foo-utils: tools for foo", "bar-utils: tools for bar"]
+    assert list(ds.trn.groups) == ["foo", "bar"] and list(ds.trn.uids) == ["foo-utils", "bar-utils"]
+    (d / "trn.jsonl").write_text(jl({"uid": "foo-utils", "doc": "foo", "text": "tools for foo"},
+                                    {"uid": "other", "doc": "bar", "text": "tools for bar"}))
+    with pytest.raises(DataFormatError, match="misaligned"):
+        load_dataset_dir(d)

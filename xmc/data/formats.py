@@ -169,7 +169,8 @@ def _read_sidecar(path: Path, texts: list[str]) -> tuple[list[str], list[str | N
         raise DataFormatError(path, None, f"{len(recs)} records but the text file has {len(texts)} rows")
     uids, groups = [], []
     for (n, rec), text in zip(recs, texts):
-        if "text" in rec and str(rec["text"]).strip() != text:
+        # the raw row is the record's text, or "<uid>: <text>" (a title-prefixed raw file: debian-relations)
+        if "text" in rec and text not in (str(rec["text"]).strip(), f"{rec.get('uid')}: {str(rec['text']).strip()}"):
             raise DataFormatError(path, n, "text differs from the raw text file's row (files misaligned)")
         if "uid" not in rec:
             raise DataFormatError(path, n, "missing 'uid'")
