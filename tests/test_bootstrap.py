@@ -246,6 +246,7 @@ def test_paired_bootstrap_over_documents_and_its_refusal_of_other_documents():
     assert paired_bootstrap(a, b, "P@1", unit="instances")["unit"] == "instances"
     with pytest.raises(ValueError, match="same documents"):
         paired_bootstrap(a, replace(b, groups=np.arange(b.n)), "P@1")
+    assert paired_bootstrap(a, replace(b, groups=np.arange(b.n)), "P@1", unit="instances")["unit"] == "instances"
     # a side evaluated without documents: the pair is drawn over instances, and says so
     assert paired_bootstrap(a, replace(b, groups=None), "P@1")["unit"] == "instances"
 

@@ -38,9 +38,9 @@ def evaluate_split(pred: TopK, ds: XMCDataset, split: str, params: dict[str, Any
     boot = bootstrap_settings(params)
     m: dict[str, Any] = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in res["metrics"].items()}
     m["ci95"] = bootstrap_intervals(contrib, **boot)
-    _, _, unit = contrib.resampling_units(boot["unit"])
+    units, _, unit = contrib.resampling_units(boot["unit"])
     m["ci95_unit"] = unit
-    m["n_test_documents"] = int(contrib.groups.max()) + 1 if contrib.groups is not None and contrib.n else None
+    m["n_test_documents"] = int(units.shape[1]) if unit == "documents" else None
     return {"metrics": m, "contributions": contrib, "curves": res["curves"],
             "recall_by_frequency": res["recall_by_frequency"]}
 

@@ -285,7 +285,8 @@ def paired_bootstrap(
     """
     if a.n != b.n:
         raise ValueError(f"paired bootstrap needs the same instances: a has {a.n}, b has {b.n}")
-    if a.groups is not None and b.groups is not None and not np.array_equal(a.groups, b.groups):
+    if (unit == "documents" and a.groups is not None and b.groups is not None
+            and not np.array_equal(a.groups, b.groups)):
         raise ValueError("paired bootstrap needs the same documents on both sides (one evaluation is stale?)")
     if a.groups is None or b.groups is None:
         unit = "instances"   # documents only where both sides know them (an evaluation written before they were kept)
