@@ -62,7 +62,9 @@ def test_dense_runs_train_package_and_land_in_the_report(repo):
 def test_killed_training_resumes_from_last_checkpoint(repo):
     from tests.pipeline_repo import set_param
 
-    set_param(repo, "runs.dexml_bow.train.epochs", 6)
+    # enough epochs that the run is still going when its second checkpoint is seen (a step here takes
+    # milliseconds): the kill must land mid-run
+    set_param(repo, "runs.dexml_bow.train.epochs", 40)
     ckpt = repo / "checkpoints/dexml_bow/checkpoint.pt"
     proc = subprocess.Popen(["dvc", "repro", "train@dexml_bow"], cwd=repo, env=env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -78,12 +80,17 @@ def test_killed_training_resumes_from_last_checkpoint(repo):
                     step = 0
                 if step >= 2:
                     break
-            time.sleep(0.2)
+            time.sleep(0.02)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # kill dvc and the training process mid-run
+        finished = proc.poll() is not None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # kill dvc and the training process mid-run
+        except ProcessLookupError:  # the whole group had already exited
+            pass
         proc.wait(timeout=30)
+    assert not finished, f"the training exited (rc {proc.returncode}) before it could be killed mid-run"
     assert step >= 2, "training did not reach a checkpoint in time"
     p = run(["dvc", "repro", "train@dexml_bow"], repo, timeout=600)
     assert "resumed from" in p.stderr
     summary = json.loads((repo / "models/dexml_bow/train_summary.json").read_text())
-    assert summary["epochs"] == 6
+    assert summary["epochs"] == 40
