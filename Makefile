@@ -57,8 +57,11 @@ setup:
 	@$(MAKE) --no-print-directory .dvc/config.local
 
 # The product pipeline (dvc.yaml): data, validation, features, one run of every method and peer, their packages,
-# hybrids and the comparison report.
+# hybrids and the comparison report. DATASET=debian-relations (a folder, or a name under DATASETS_ROOT) first sets
+# data.dataset_dir in params.yaml; the report keeps a table per dataset run here.
+DATASETS_ROOT ?= ../shared/datasets
 run: setup
+	@if [ -n "$(DATASET)" ]; then $(BIN)/python -m xmc.config.use_dataset "$(DATASET)" --root "$(DATASETS_ROOT)"; fi
 	$(BIN)/dvc repro
 	@echo
 	@cat reports/comparison.md

@@ -14,7 +14,7 @@ from xmc.encoders import HashedBagOfWordsEncoder
 from xmc.errors import DataFormatError
 from xmc.graph import (AnchorSet, augment_edges, bipartite_adjacency, load_graph_dir, prune_edges,
                        random_walk_with_restart, rwr_closed_form, save_anchor_set)
-from xmc.graph.build import document_query_set, wordnet_label_set
+from xmc.graph.build import document_query_set, item_relations_label_set, wordnet_label_set
 from xmc.graph.rwr import top_k_per_row
 from xmc.data.dataset import Split
 from xmc.losses import DecoupledSoftmaxLoss
@@ -232,6 +232,19 @@ def test_wordnet_label_set_from_the_label_graph_and_wordnet_pointers(tmp_path):
     aset = wordnet_label_set(data, wn, 2, ["+"], hypernym_levels=1)
     assert aset.anchor_ids == ["p1", "s2"] and aset.anchor_texts[0] == "p1 (n): a p1"
     assert aset.edges["label"].toarray().tolist() == [[1, 1], [0, 0]]
+
+
+def test_relations_label_set_links_a_label_that_is_a_training_item_to_that_items_labels():
+    # labels a, b, c are packages; training items a (-> b, c) and x (-> a); b and c are no training item
+    labels = ["a: tool", "b: library", "c: data"]
+    Y = sp.csr_matrix(np.array([[0, 1, 1], [1, 0, 0]], np.float32))
+    trn = Split(uids=["a", "x"], texts=["a: tool", "x: other"], Y=Y)
+    aset = item_relations_label_set(trn, labels, ["0", "1", "2"])
+    assert aset.anchor_ids == ["1", "2"] and aset.anchor_texts == ["b: library", "c: data"]
+    assert aset.edges["label"].toarray().tolist() == [[1, 1], [0, 0], [0, 0]]
+    # word-sense data: no label text is a sentence, so the set is empty
+    none = item_relations_label_set(Split(uids=["s"], texts=["a sentence"], Y=Y[:1]), labels, ["0", "1", "2"])
+    assert none.edges["label"].nnz == 0 and none.anchor_ids == []
 
 
 @pytest.mark.parametrize("label_graph, message", [

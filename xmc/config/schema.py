@@ -312,6 +312,10 @@ class WordnetGraph(Section):
     relations: list[str] = []
 
 
+class RelationsGraph(Section):
+    enabled: bool = True
+
+
 class DocumentGraph(Section):
     enabled: bool = True
     window: NonNegInt = 2
@@ -330,6 +334,7 @@ class GraphConfig(Section):
     source_dir: str | None = None
     wordnet_dir: str | None = None
     wordnet: WordnetGraph = WordnetGraph()
+    relations: RelationsGraph = RelationsGraph()
     document: DocumentGraph = DocumentGraph()
     walk: WalkConfig = WalkConfig()
 
@@ -341,7 +346,7 @@ class GraphConfig(Section):
 
 
 class RegulariserConfig(Section):
-    sets: list[str] = ["wordnet", "document"]
+    sets: list[str] = ["wordnet", "relations", "document"]
     query_graph: bool = True
     label_graph: bool = True
     lambda_x: NonNegFloat = 1.0

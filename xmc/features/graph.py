@@ -11,7 +11,7 @@ from typing import Any
 from xmc.data import load_processed
 from xmc.data.dataset import XMCDataset
 from xmc.errors import ConfigError
-from xmc.graph.build import document_query_set, wordnet_label_set
+from xmc.graph.build import document_query_set, item_relations_label_set, wordnet_label_set
 from xmc.graph.format import AnchorSet, load_graph_dir, save_anchor_set
 from xmc.graph.rwr import augment_edges
 from xmc.graph.stats import graph_stats, stats_html
@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 
 def derive_anchor_sets(gcfg: dict[str, Any], ds: XMCDataset, ws: Workspace) -> dict[str, AnchorSet]:
     """``wordnet`` (label -> WordNet hypernyms and relations) where the dataset ships a ``label_graph.tsv``, and
-    ``document`` (instance -> neighbouring instances of its document) where instances have groups; a set whose
-    inputs the dataset lacks is skipped with one warning line."""
+    ``relations`` (label -> the training labels of the training item that is that label) where labels are items
+    of the training set, and ``document`` (instance -> neighbouring instances of its document) where instances have
+    groups; a set whose inputs the dataset lacks is skipped with one warning line."""
     sets: dict[str, AnchorSet] = {}
     wcfg = gcfg["wordnet"]
     side = ws.processed / "label_side"
@@ -41,6 +42,13 @@ def derive_anchor_sets(gcfg: dict[str, Any], ds: XMCDataset, ws: Workspace) -> d
             sets["wordnet"] = wn
         else:   # a label graph whose nodes are not WordNet synsets (a dataset's own taxonomy): nothing to anchor on
             log.warning("wordnet label set skipped: none of the label graph's nodes is a WordNet synset")
+    if gcfg["relations"]["enabled"]:
+        rel = item_relations_label_set(ds.trn, list(ds.label_texts), list(ds.label_uids))
+        if rel.edges["label"].nnz:
+            sets["relations"] = rel
+        elif "wordnet" not in sets:
+            log.warning("relations label set skipped: no label is a training item with labels of its own "
+                        "(no label text is a training instance's text)")
     dcfg = gcfg["document"]
     if dcfg["enabled"] and not any(g is not None for g in (ds.trn.groups or [])):
         log.warning("document query set skipped: the training instances have no document groups")

@@ -7,6 +7,10 @@ semcor-wn30 (sentences labelled with WordNet senses) gets two anchor sets:
     dataset's ``label_graph.tsv``, instance hypernyms included) and the relations in ``relations``
     (pointer symbols of ``edges.tsv``: ``+`` derivationally related form, ``&`` similar to, ``#m/#p/#s``
     holonyms, ``^`` also see, ...). Anchor text = "lemmas (pos): definition", the label-text format.
+``relations`` (label -> anchor), for "item -> related items" data (debian-relations, LF-AmazonTitles)
+    where labels are items of the same catalogue: a label that is also a training instance (the same text) is
+    linked to that instance's training labels, the labels' own relations. Anchor text = the label text. Only the
+    training split's labels are read.
 ``document`` (query -> anchor)
     each training sentence is linked to the other sentences of its document within ``window``
     sentences (the analogue of co-session queries); anchors are the training sentences themselves.
@@ -140,6 +144,34 @@ def wordnet_label_set(dataset_dir: str | Path, wordnet_dir: str | Path, n_labels
     E = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(n_labels, len(ids)))
     log.info("wordnet anchor set: %d anchors, %d label edges (%s)", len(ids), E.nnz, counts)
     return AnchorSet(name, ids, texts, {"label": E})
+
+
+def item_relations_label_set(trn: Split, label_texts: list[str], label_uids: list[str],
+                             name: str = "relations") -> AnchorSet:
+    """label -> anchor edges from each label to the training labels of the training instances whose text is that
+    label's text (labels that are items themselves); the anchors are the labels reached, by their own text."""
+    by_text: dict[str, list[int]] = defaultdict(list)
+    for i, t in enumerate(trn.texts):
+        by_text[t].append(i)
+    Y = trn.Y.tocsr()
+    rows: list[int] = []
+    cols: list[int] = []
+    anchor_index: dict[int, int] = {}
+    matched = 0
+    for lid, text in enumerate(label_texts):
+        members = by_text.get(text)
+        if not members:
+            continue
+        matched += 1
+        targets = sorted({int(j) for i in members for j in Y.indices[Y.indptr[i]:Y.indptr[i + 1]]} - {lid})
+        for j in targets:
+            rows.append(lid)
+            cols.append(anchor_index.setdefault(j, len(anchor_index)))
+    ids = list(anchor_index)
+    E = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(label_texts), len(ids)))
+    log.info("relations anchor set: %d of %d labels are training items, %d anchors, %d label edges",
+             matched, len(label_texts), len(ids), E.nnz)
+    return AnchorSet(name, [label_uids[j] for j in ids], [label_texts[j] for j in ids], {"label": E})
 
 
 def document_query_set(trn: Split, window: int = 2, name: str = "document") -> AnchorSet:

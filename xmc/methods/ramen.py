@@ -323,10 +323,14 @@ class RAMENMethod(TrainerMethod):
             if reg["sets"] and not (graph_dir.is_dir() and not discover_sets(graph_dir)) else {}
         missing = [n for n in reg["sets"] if n not in sets]
         if missing:
-            # a dataset without a label graph or document groups: the graph stage skipped those sets (and said so)
-            log.warning("%s: graph sets %s are not in %s (the dataset lacks their inputs): regularising with %s",
-                        ctx.run.name, ", ".join(missing), graph_dir,
-                        ", ".join(n for n in reg["sets"] if n in sets) or "none (a plain dual encoder)")
+            # a dataset has the inputs of some sets only (WordNet senses: wordnet; catalogue items: relations): the
+            # graph stage skipped the others. Warn only where a regulariser that is on is left with no edges.
+            present_sides = {side for n in reg["sets"] if n in sets for side in sets[n].edges}
+            wanted = {side for side, on in (("label", reg["label_graph"]), ("query", reg["query_graph"])) if on}
+            report = log.warning if wanted - present_sides else log.info
+            report("%s: graph sets %s are not in %s (the dataset lacks their inputs): regularising with %s",
+                   ctx.run.name, ", ".join(missing), graph_dir,
+                   ", ".join(n for n in reg["sets"] if n in sets) or "none (a plain dual encoder)")
         if cfg["negatives"]["kind"] == "all":
             raise ConfigError("ramen: negatives.kind 'all' is not supported (R_z needs an explicit label pool)")
         use_sets = {n: sets[n] for n in reg["sets"] if n in sets}

@@ -318,8 +318,27 @@ def _html_table(head: list[str], body: list[list[str]]) -> str:
 def render_html(rows: list[dict[str, Any]], title: str, images: list[str], bootstrap: dict[str, Any] | None = None,
                 seeds: list[dict[str, Any]] | None = None, paired: list[dict[str, Any]] | None = None,
                 alpha: float = 0.05, skipped: list[str] | None = None,
-                ablation_deltas: list[dict[str, Any]] | None = None, plots_page: str | None = None) -> str:
-    """The same content as :func:`render_markdown` as one self-contained HTML page (inline CSS only)."""
+                ablation_deltas: list[dict[str, Any]] | None = None, plots_page: str | None = None,
+                others: list[dict[str, Any]] | None = None) -> str:
+    """The same content as :func:`render_markdown` as one self-contained HTML page (inline CSS only).
+    ``others``: more datasets' tables, each ``{"title", "rows", "paired", "skipped"}``, after this one's."""
+    e = html.escape
+    parts = html_tables(rows, bootstrap, seeds, paired, alpha, skipped, ablation_deltas)
+    for o in others or []:
+        parts.append(f"<h1>{e(o['title'])}</h1>")
+        parts += html_tables(o["rows"], o.get("bootstrap"), None, o.get("paired"), alpha, o.get("skipped"))
+    imgs = "".join(f"<p><img src='{e(i)}' alt='{e(i)}'></p>" for i in images)
+    link = (f"<p class='note'>All figures (P@k and R@k to k = 100, recall by label frequency, training curves): "
+            f"<a href='{e(plots_page)}'>{e(plots_page)}</a></p>") if plots_page else ""
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style></head>"
+            f"<body><h1>{e(title)}</h1>{link}{''.join(parts)}{imgs}</body></html>")
+
+
+def html_tables(rows: list[dict[str, Any]], bootstrap: dict[str, Any] | None = None,
+                seeds: list[dict[str, Any]] | None = None, paired: list[dict[str, Any]] | None = None,
+                alpha: float = 0.05, skipped: list[str] | None = None,
+                ablation_deltas: list[dict[str, Any]] | None = None) -> list[str]:
+    """The HTML fragments of one dataset's report: the methods table, seeds, paired tests, ablations."""
     e = html.escape
     best = best_per_column(rows)
     th = "".join(f"<th>{e(h)}</th>" for h in ["method", "kind"] + [HEADERS.get(c, c) for c in COLUMNS])
@@ -361,8 +380,4 @@ def render_html(rows: list[dict[str, Any]], title: str, images: list[str], boots
         parts.append("<h2>Ablations: difference to their control</h2>")
         parts.append(_delta_table_html(ablation_deltas))
         parts.append(f"<p class='note'>{e(_delta_note(ablation_deltas, alpha))}</p>")
-    imgs = "".join(f"<p><img src='{e(i)}' alt='{e(i)}'></p>" for i in images)
-    link = (f"<p class='note'>All figures (P@k and R@k to k = 100, recall by label frequency, training curves): "
-            f"<a href='{e(plots_page)}'>{e(plots_page)}</a></p>") if plots_page else ""
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{e(title)}</title><style>{_CSS}</style></head>"
-            f"<body><h1>{e(title)}</h1>{link}{''.join(parts)}{imgs}</body></html>")
+    return parts
