@@ -18,9 +18,12 @@ from typing import Any
 
 from xmc.config import load_params, run_entry_point
 from xmc.config.params import product_names
+from xmc.config.runs import resolve_runs
 from xmc.io import atomic_file, write_json
+from xmc.methods import get_method
 from xmc.metrics.bootstrap import bootstrap_settings
-from xmc.report import comparison_rows, paired_comparisons, render_figures, render_html, render_markdown, render_plots_page
+from xmc.report import (comparison_rows, paired_comparisons, render_figures, render_html, render_markdown,
+                        render_plots_page, supervision)
 from xmc.workspace import Workspace
 
 
@@ -34,6 +37,9 @@ def main() -> None:
     name = Path(params["data"]["dataset_dir"]).name
     paired, skipped = paired_comparisons(list(rep["paired"]), [ws.root / "evaluation" / "tst"], alpha=alpha, **boot)
     rows = comparison_rows(ws.root / "metrics", product_names(params))
+    used = labelled_pairs_used(params, name)
+    for r in rows:
+        r["labelled_pairs"] = used.get(r["method"], "")
     title = f"XMC comparison on {name} (test split)"
     # training curves come from the live records of the runs behind the rows (plots/train/<run>/)
     page = render_figures([r["method"] for r in rows], ws.root / "plots" / "eval", ws.root / "plots" / "train",
@@ -52,6 +58,18 @@ def main() -> None:
         fh.write(render_html(rows, title, images, plots_page="plots.html", others=others, **kw))
     with atomic_file(out / "plots.html") as fh:
         fh.write(render_plots_page(page, f"Figures: {title}"))
+
+
+def labelled_pairs_used(params: dict[str, Any], dataset: str) -> dict[str, str]:
+    """Row name -> what labelled pairs of the dataset it used (training, validation, none), in words."""
+    specs, _ = resolve_runs(params["runs"], params)
+    reads = {name: tuple(get_method(spec.method).splits_read(spec.config)) for name, spec in specs.items()}
+    reads.update({name: ("trn",) for name in params["xr_linear"]})
+    tuned_here = dataset in params["report"]["settings_chosen_on"]
+    out = {name: supervision(r, None, tuned_here) for name, r in reads.items()}
+    for name, h in params["hybrids"].items():
+        out[name] = supervision(reads.get(h["base"], ()), h["fusion"], tuned_here)
+    return out
 
 
 def dataset_record(params: dict[str, Any], ws: Workspace, name: str, rows: list[dict[str, Any]],

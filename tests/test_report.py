@@ -201,9 +201,18 @@ def test_report_intervals_and_paired(report_repo):
     p = run_stage(repo, "stages.report")
     assert p.returncode == 0, p.stderr
     md = (repo / "reports/comparison.md").read_text()
-    # kind of row, value [interval], the best of each column in bold
-    assert "| good | method | **40.0** [37.5, 42.5] | **30.0** | **25.0** |" in md
-    assert "| bad | method | 30.0 [27.7, 32.3] |" in md
+    # kind of row, what labelled pairs it used, value [interval], the best of each column in bold
+    assert "| good | method | training pairs | **40.0** [37.5, 42.5] | **30.0** | **25.0** |" in md
+    assert "| bad | method | training pairs | 30.0 [27.7, 32.3] |" in md
+    # a table per dataset: this run's record, kept for the comparison of a run on another dataset
+    record = json.loads((repo / "reports/datasets/toy.json").read_text())
+    assert record["dataset"] == "toy" and [r["method"] for r in record["rows"]] == ["good", "bad"]
+    other = dict(record, dataset="other-data", rows=record["rows"][:1])
+    write_json(repo / "reports/datasets/other-data.json", other)
+    assert run_stage(repo, "stages.report").returncode == 0
+    md2 = (repo / "reports/comparison.md").read_text()
+    assert md2.index("## XMC comparison on toy (test split)") < md2.index("## XMC comparison on other-data (test split;")
+    assert "XMC comparison on other-data" in (repo / "reports/comparison.html").read_text()
     assert "95 % percentile bootstrap intervals over the 1500 test instances (B = 300 resamples, seed 0)" in md
     assert "abl" not in md and "Seed variation" not in md   # the lab's rows are in the lab's reports
     paired = json.loads((repo / "reports/paired.json").read_text())

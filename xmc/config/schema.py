@@ -645,6 +645,9 @@ class ReportConfig(Section):
     alpha: Annotated[float, Field(gt=0, lt=1)] = 0.05
     paired: list[Annotated[list[str], Field(min_length=2, max_length=2)]] = []
     training_families: dict[str, list[str]] = {}  # figure title -> runs whose training curves share a figure
+    # datasets (folder names) whose labelled validation split chose the defaults (the lab's selection): a run that
+    # reads no labelled pair is called zero-shot only on the other datasets
+    settings_chosen_on: list[str] = []
 
 
 class OrchestrationConfig(Section):

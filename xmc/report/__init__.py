@@ -12,7 +12,9 @@ from xmc.report.table import (
     render_markdown,
     ablation_deltas,
     seed_rows,
+    supervision,
 )
 
 __all__ = ["COLUMNS", "PAIRED_METRICS", "SEED_METRICS", "ablation_deltas", "comparison_rows", "interval_note",
-           "paired_comparisons", "render_figures", "render_html", "render_markdown", "render_plots_page", "seed_rows"]
+           "paired_comparisons", "render_figures", "render_html", "render_markdown", "render_plots_page", "seed_rows",
+           "supervision"]

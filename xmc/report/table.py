@@ -42,6 +42,24 @@ def kind_of(method: str) -> str:
     return "peer" if method in PEERS or method.startswith("xr_linear_") else "method"
 
 
+def supervision(reads: tuple[str, ...], fusion: str | None, tuned_here: bool) -> str:
+    """What labelled pairs of this dataset a row used, in words: ``reads`` = the labelled splits its (base) run's
+    training read; ``fusion`` = ``trained`` | ``zero_shot`` for a hybrid; ``tuned_here`` = this dataset's labelled
+    validation chose the default settings."""
+    if "trn" in reads:
+        base = "training pairs"
+    elif "val" in reads:
+        base = "validation pairs"
+    else:
+        base = "none; defaults chosen on its validation" if tuned_here else "none (zero-shot)"
+    if fusion == "trained":
+        return base + "; fusion fit on validation" if "trn" in reads else "no training pairs; fusion fit on validation"
+    if fusion == "zero_shot":
+        return base + "; 2 fusion weights tuned on validation" if "trn" in reads \
+            else "no training pairs; 2 fusion weights tuned on validation"
+    return base
+
+
 def best_per_column(rows: list[dict[str, Any]]) -> dict[str, float]:
     """The best (largest) value of each metric column over the rows (ties: every row holding it is marked)."""
     out = {}
@@ -222,13 +240,15 @@ def render_markdown(rows: list[dict[str, Any]], title: str = "", bootstrap: dict
                     alpha: float = 0.05, skipped: list[str] | None = None,
                     ablation_deltas: list[dict[str, Any]] | None = None) -> str:
     """Markdown report: the methods table (with intervals), then seed variation and paired tests if any."""
-    head = ["method", "kind"] + [HEADERS.get(c, c) for c in COLUMNS]
+    labelled = any("labelled_pairs" in r for r in rows)
+    head = ["method", "kind"] + (["labelled pairs used"] if labelled else []) + [HEADERS.get(c, c) for c in COLUMNS]
     lines = [f"## {title}", ""] if title else []
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     best = best_per_column(rows)
     for r in rows:
-        lines.append("| " + " | ".join([r["method"], kind_of(r["method"])] + [_cell_md(r, c, best) for c in COLUMNS])
-                     + " |")
+        lines.append("| " + " | ".join([r["method"], kind_of(r["method"])]
+                                       + ([r.get("labelled_pairs", "")] if labelled else [])
+                                       + [_cell_md(r, c, best) for c in COLUMNS]) + " |")
     note = interval_note(rows, bootstrap)
     if note:
         lines += ["", note + " Bold: the best value of the column."]
@@ -341,18 +361,21 @@ def html_tables(rows: list[dict[str, Any]], bootstrap: dict[str, Any] | None = N
     """The HTML fragments of one dataset's report: the methods table, seeds, paired tests, ablations."""
     e = html.escape
     best = best_per_column(rows)
-    th = "".join(f"<th>{e(h)}</th>" for h in ["method", "kind"] + [HEADERS.get(c, c) for c in COLUMNS])
+    labelled = any("labelled_pairs" in r for r in rows)
+    th = "".join(f"<th>{e(h)}</th>" for h in ["method", "kind"] + (["labelled pairs used"] if labelled else [])
+                 + [HEADERS.get(c, c) for c in COLUMNS])
     body = []
     for kind, label in (("peer", "Baselines and published peers, measured in this pipeline"),
                         ("method", "The papers' methods"), ("hybrid", "Methods with label-name candidates (hybrid)")):
         group = [r for r in rows if kind_of(r["method"]) == kind]
         if not group:
             continue
-        body.append(f"<tr class='group'><td colspan='{2 + len(COLUMNS)}'>{e(label)}</td></tr>")
+        body.append(f"<tr class='group'><td colspan='{2 + labelled + len(COLUMNS)}'>{e(label)}</td></tr>")
         for r in group:
             cells = "".join(f"<td class='best'>{_cell_html(r, c)}</td>" if _is_best(r, c, best)
                             else f"<td>{_cell_html(r, c)}</td>" for c in COLUMNS)
-            body.append(f"<tr><td>{e(r['method'])}</td><td>{e(kind)}</td>{cells}</tr>")
+            used = f"<td>{e(r.get('labelled_pairs', ''))}</td>" if labelled else ""
+            body.append(f"<tr><td>{e(r['method'])}</td><td>{e(kind)}</td>{used}{cells}</tr>")
     parts = [f"<table><tr>{th}</tr>{''.join(body)}</table>"]
     note = interval_note(rows, bootstrap)
     if note:
