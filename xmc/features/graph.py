@@ -28,10 +28,11 @@ def derive_anchor_sets(gcfg: dict[str, Any], ds: XMCDataset, ws: Workspace) -> d
     of the training set, and ``document`` (instance -> neighbouring instances of its document) where instances have
     groups; a set whose inputs the dataset lacks is skipped with one warning line."""
     sets: dict[str, AnchorSet] = {}
+    skipped: list[str] = []   # why a label set is absent: a warning only when the dataset ends with no label graph
     wcfg = gcfg["wordnet"]
     side = ws.processed / "label_side"
     if wcfg["enabled"] and not (side / "label_graph.tsv").is_file():
-        log.warning("wordnet label set skipped: the dataset ships no label_graph.tsv")
+        skipped.append("wordnet: the dataset ships no label_graph.tsv")
     elif wcfg["enabled"]:
         if not gcfg["wordnet_dir"] or not Path(gcfg["wordnet_dir"]).is_dir():
             raise ConfigError(f"params.yaml: graph.wordnet_dir: {gcfg['wordnet_dir']!r} is not a folder "
@@ -41,17 +42,20 @@ def derive_anchor_sets(gcfg: dict[str, Any], ds: XMCDataset, ws: Workspace) -> d
         if len(wn.anchor_ids):
             sets["wordnet"] = wn
         else:   # a label graph whose nodes are not WordNet synsets (a dataset's own taxonomy): nothing to anchor on
-            log.warning("wordnet label set skipped: none of the label graph's nodes is a WordNet synset")
+            skipped.append("wordnet: none of the label graph's nodes is a WordNet synset")
     if gcfg["relations"]["enabled"]:
         rel = item_relations_label_set(ds.trn, list(ds.label_texts), list(ds.label_uids))
         if rel.edges["label"].nnz:
             sets["relations"] = rel
-        elif "wordnet" not in sets:
-            log.warning("relations label set skipped: no label is a training item with labels of its own "
-                        "(no label text is a training instance's text)")
+        else:
+            skipped.append("relations: no label is a training item with labels of its own")
+    if skipped:
+        (log.info if sets else log.warning)("label graph sets skipped: %s%s", "; ".join(skipped),
+                                            "" if sets else " (RAMEN's label regulariser has no edges)")
     dcfg = gcfg["document"]
     if dcfg["enabled"] and not any(g is not None for g in (ds.trn.groups or [])):
-        log.warning("document query set skipped: the training instances have no document groups")
+        # ingest said so (one warning line per missing input)
+        log.info("document query set skipped: the training instances have no document groups")
     elif dcfg["enabled"]:
         sets["document"] = document_query_set(ds.trn, dcfg["window"])
     return sets

@@ -28,11 +28,18 @@ def read_dataset(data: dict[str, Any]) -> tuple[XMCDataset, dict[str, Path]]:
     if ds.val is not None and vcfg["use_shipped"]:
         ds.meta["validation"] = {"source": "shipped with the dataset", "instances": len(ds.val)}
     else:
+        if ds.val is None:
+            log.warning("%s ships no validation split: %g of the training %s move to validation "
+                        "(data.validation.fraction)", data["dataset_dir"], vcfg["fraction"],
+                        "documents" if ds.trn is not None and ds.trn.groups is not None else "instances")
         ds.val = None
         ds = split_validation(ds, vcfg["fraction"], vcfg["seed"])
     ds = subsample_validation(ds, sub["val"], sub["unit"])
     if ds.trn is None or len(ds.trn) == 0 or ds.trn.Y.nnz == 0:
         raise ConfigError(f"{data['dataset_dir']}: no labelled training instances (a dataset needs training labels)")
+    if ds.trn.groups is None:
+        log.warning("%s has no document ids: validation is split by instance, intervals resample instances and "
+                    "RAMEN's document set is skipped", data["dataset_dir"])
     return ds, label_side_files(data["dataset_dir"])
 
 
