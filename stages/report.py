@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from xmc.config import load_params, run_entry_point
-from xmc.config.params import product_names
+from xmc.config.params import dataset_name, product_names
 from xmc.config.runs import resolve_runs
 from xmc.io import atomic_file, write_json
 from xmc.methods import get_method
@@ -34,13 +34,16 @@ def main() -> None:
     boot = bootstrap_settings(params)
     alpha = rep["alpha"]
     out = ws.reports
-    name = Path(params["data"]["dataset_dir"]).name
+    name = dataset_name(params["data"])
     paired, skipped = paired_comparisons(list(rep["paired"]), [ws.root / "evaluation" / "tst"], alpha=alpha, **boot)
     rows = comparison_rows(ws.root / "metrics", product_names(params))
-    used = labelled_pairs_used(params, name)
+    used = labelled_pairs_used(params, Path(params["data"]["dataset_dir"]).name)
     for r in rows:
         r["labelled_pairs"] = used.get(r["method"], "")
     title = f"XMC comparison on {name} (test split)"
+    if params["data"]["open_labels"]:
+        n_labels = json.loads((ws.validation_reports / "summary.json").read_text(encoding="utf-8"))["counts"]["n_labels"]
+        title = f"XMC comparison on {name} (test split; open label space: {n_labels:,} labels)"
     # training curves come from the live records of the runs behind the rows (plots/train/<run>/)
     page = render_figures([r["method"] for r in rows], ws.root / "plots" / "eval", ws.root / "plots" / "train",
                           out / "figures", rep["training_families"], {r["method"]: r for r in rows})

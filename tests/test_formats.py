@@ -678,3 +678,31 @@ def test_xc_raw_rows_written_as_uid_colon_text_align_with_a_sidecar_holding_the_
                                     {"uid": "other", "doc": "bar", "text": "tools for bar"}))
     with pytest.raises(DataFormatError, match="misaligned"):
         load_dataset_dir(d)
+
+
+def test_an_open_label_space_appends_the_catalogue_labels_the_dataset_lacks(tmp_path):
+    import scipy.sparse as sp
+
+    from xmc.data.dataset import Split, XMCDataset
+    from xmc.data.open_labels import open_label_space
+    from xmc.errors import DataFormatError
+
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "lbl.jsonl").write_text('{"lid": 0, "id": "s1"}\n{"lid": 1, "id": "s2"}\n')
+    cat = tmp_path / "synsets.jsonl"
+    cat.write_text('{"id": "s2", "lemmas": ["b"], "pos": "n", "definition": "bee"}\n'
+                   '{"id": "s3", "lemmas": ["c", "cee"], "pos": "v", "definition": "to see"}\n'
+                   '{"id": "s4", "text": "d: a label with a text"}\n')
+    Y = sp.csr_matrix([[1, 0], [0, 1]], dtype="float32")
+    ds = XMCDataset(["0", "1"], ["a (n): ay", "b (n): bee"], Split(["i", "j"], ["x", "y"], Y),
+                    Split(["t"], ["z"], Y[:1]), tst_filter=sp.csr_matrix((1, 2), dtype="float32"))
+    out = open_label_space(ds, d, cat)
+    # the dataset's own labels keep their ids; the catalogue's new ones follow, their text written as WordNet's
+    assert list(out.label_uids) == ["0", "1", "s3", "s4"]
+    assert list(out.label_texts)[2:] == ["c, cee (v): to see", "d: a label with a text"]
+    assert out.trn.Y.shape == (2, 4) and out.tst.Y.shape == (1, 4) and out.tst_filter.shape == (1, 4)
+    assert (out.trn.Y[:, :2] != Y).nnz == 0 and out.meta["open_labels"]["added"] == 2
+    cat.write_text('{"id": "s3", "lemmas": ["c"], "pos": "v", "definition": "to see"}\n{"id": "s5"}\n')
+    with pytest.raises(DataFormatError, match=r"synsets.jsonl:2: expected a 'text'"):
+        open_label_space(ds, d, cat)

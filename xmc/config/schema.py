@@ -72,6 +72,7 @@ class DataConfig(Section):
     text_fields: Annotated[list[str], Field(min_length=1)] = ["title", "content"]
     validation: ValidationSplit = ValidationSplit()
     subsample: Subsample = Subsample()
+    open_labels: str | None = None   # a JSON-lines label catalogue appended to the dataset's label space
 
     @field_validator("dataset_dir")
     @classmethod

@@ -9,6 +9,7 @@ from typing import Any
 
 from xmc.data import load_dataset_dir, save_processed, split_validation, subsample, subsample_validation
 from xmc.data.dataset import XMCDataset, label_side_files
+from xmc.data.open_labels import open_label_space
 from xmc.errors import ConfigError
 from xmc.logs import kv
 from xmc.workspace import Workspace
@@ -24,6 +25,8 @@ def read_dataset(data: dict[str, Any]) -> tuple[XMCDataset, dict[str, Path]]:
     sub = data["subsample"]
     if sub["trn"] or sub["tst"] or sub["labels"] != "all":
         ds = subsample(ds, sub["trn"], sub["tst"], sub["unit"], sub["labels"])
+    if data["open_labels"]:
+        ds = open_label_space(ds, data["dataset_dir"], data["open_labels"])
     vcfg = data["validation"]
     if ds.val is not None and vcfg["use_shipped"]:
         ds.meta["validation"] = {"source": "shipped with the dataset", "instances": len(ds.val)}

@@ -71,6 +71,8 @@ def label_synsets(dataset_dir: str | Path, n_labels: int, label_uids: list[str] 
     records = _label_records(path)
     if label_uids is not None:
         by_lid = {str(lid): sid for _, lid, sid in records}
+        # labels of an open label space (data.open_labels) beyond the dataset's own have their catalogue id as uid
+        by_lid.update({u: u for u in label_uids if u not in by_lid and not u.isdigit()})
         missing = [u for u in label_uids if u not in by_lid]
         if missing:
             raise DataFormatError(path, None, f"{len(missing)} processed labels have no lid here (first uid: {missing[0]})")
