@@ -257,3 +257,21 @@ def test_holm_adjusted_p_values():
     assert holm_adjusted([0.01, 0.04, 0.03, 0.5]) == pytest.approx([0.04, 0.09, 0.09, 0.5])
     assert holm_adjusted([0.5, 0.9]) == pytest.approx([1.0, 1.0])
     assert holm_adjusted([]) == []
+
+
+def test_a_seed_bootstrap_interval_holds_the_spread_over_training_seeds():
+    from xmc.metrics.bootstrap import bootstrap_intervals, seed_bootstrap_intervals
+
+    rng = np.random.default_rng(3)
+    groups = np.repeat(np.arange(40), 5)
+    hits = (rng.random(200) < 0.5).astype(float)
+    one = InstanceContributions(["P@1"], hits[None], np.ones((1, 200)), groups)
+    # the same run twice: exactly the data's interval
+    assert seed_bootstrap_intervals([one, one], 500, 0) == bootstrap_intervals(one, 500, 0)
+    # a second seed 20 points better: the interval of "a run" spans both seeds' values
+    better = hits.copy()
+    better[rng.permutation(np.flatnonzero(hits == 0))[:40]] = 1
+    two = InstanceContributions(["P@1"], better[None], np.ones((1, 200)), groups)
+    lo, hi = seed_bootstrap_intervals([one, two], 500, 0)["P@1"]
+    assert lo < one.values()["P@1"] < two.values()["P@1"] < hi
+    assert hi - lo > bootstrap_intervals(one, 500, 0)["P@1"][1] - bootstrap_intervals(one, 500, 0)["P@1"][0]

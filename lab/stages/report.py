@@ -35,7 +35,7 @@ def main() -> None:
     dirs = [PRODUCT.root / "evaluation" / "tst"] + [ws.root / "evaluation" / "tst" for ws in lab_workspaces()]
     if "--seeds" in sys.argv[1:]:
         metric_dirs = [PRODUCT.root / "metrics"] + [ws.root / "metrics" for ws in lab_workspaces()]
-        seeds = seed_rows(metric_dirs, rep["seeds"])
+        seeds = seed_rows(metric_dirs, rep["seeds"], contribution_dirs=dirs, bootstrap=boot)
         rows = rows_of([s["base"] for s in seeds])
         title = f"Seed variation on {name} (test split)"
         with atomic_file(out / "seeds.md") as fh:

@@ -267,6 +267,34 @@ def bootstrap_intervals(
     return {m: [round(float(lo[j]), 2), round(float(hi[j]), 2)] for j, m in enumerate(c.names)}
 
 
+def seed_bootstrap_intervals(
+    runs: Sequence[InstanceContributions], n_resamples: int = 1000, seed: int = 0, level: float = 0.95,
+    unit: str = "documents",
+) -> dict[str, list[float]]:
+    """Interval of every metric of *a run* of a method trained with a random seed: each resample draws one of
+    ``runs`` (the method's training seeds, evaluated on the same instances) and resamples ``unit`` of it, so the
+    interval holds the seed spread as well as the data's. One run gives :func:`bootstrap_intervals`."""
+    if not runs:
+        raise ValueError("no runs to resample")
+    first = runs[0]
+    for r in runs[1:]:
+        if r.n != first.n or r.names != first.names:
+            raise ValueError(f"seed runs must be evaluated on the same instances and metrics: {r.n} vs {first.n}")
+    units = [r.resampling_units(unit)[:2] for r in runs]
+    which = np.random.default_rng([seed, 7919]).integers(0, len(runs), size=n_resamples)
+    stats = np.empty((n_resamples, len(first.names)))
+    start = 0
+    for w in _float_blocks(units[0][0].shape[1], n_resamples, seed):
+        pick = which[start:start + w.shape[0]]
+        for k, (num, den) in enumerate(units):
+            rows = np.flatnonzero(pick == k)
+            if len(rows):
+                stats[start + rows] = _ratio(w[rows] @ num.T, w[rows] @ den.T)
+        start += w.shape[0]
+    lo, hi = _percentiles(stats, level)
+    return {m: [round(float(lo[j]), 2), round(float(hi[j]), 2)] for j, m in enumerate(first.names)}
+
+
 def paired_bootstrap(
     a: InstanceContributions,
     b: InstanceContributions,

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from xmc.io import read_json
-from xmc.metrics.bootstrap import InstanceContributions, holm_adjusted, paired_bootstrap, verdict
+from xmc.metrics.bootstrap import (InstanceContributions, holm_adjusted, paired_bootstrap, seed_bootstrap_intervals,
+                                   verdict)
 
 COLUMNS = ["P@1", "P@3", "P@5", "nDCG@5", "PSP@5", "R@10", "R@100", "unseen_R@100", "train_seconds", "predict_seconds"]
 HEADERS = {"unseen_R@100": "unseen R@100", "train_seconds": "train s", "predict_seconds": "predict s"}
@@ -81,10 +82,13 @@ def comparison_rows(metrics_dir: str | Path, methods: list[str]) -> list[dict[st
 
 
 def seed_rows(metrics_dir: str | Path | Sequence[str | Path], seeds: dict[str, list[str]] | None,
-              metrics: list[str] = SEED_METRICS) -> list[dict[str, Any]]:
+              metrics: list[str] = SEED_METRICS, contribution_dirs: Sequence[str | Path] | None = None,
+              bootstrap: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Mean and sample sd (ddof = 1) over a base run and its extra-seed runs; missing runs are skipped.
     ``metrics_dir``: one folder or several, searched in order for ``<run>.json`` (the base runs' metrics/ and
-    the extra seeds' seeds/metrics/).
+    the extra seeds' seeds/metrics/). With ``contribution_dirs`` (where ``<run>.npz`` test contributions are) and
+    ``bootstrap`` settings, each metric also gets ``ci95``: the interval of a run with a random one of those seeds
+    (:func:`seed_bootstrap_intervals`: documents and seeds resampled).
 
     A base run without a metrics file gives no row. ``sd`` is None with a single seed found.
     """
@@ -92,6 +96,10 @@ def seed_rows(metrics_dir: str | Path | Sequence[str | Path], seeds: dict[str, l
 
     def find(run: str) -> Path | None:
         return next((d / f"{run}.json" for d in dirs if (d / f"{run}.json").exists()), None)
+
+    def contributions(run: str) -> InstanceContributions | None:
+        f = next((Path(d) / f"{run}.npz" for d in contribution_dirs or [] if (Path(d) / f"{run}.npz").exists()), None)
+        return InstanceContributions.load(f) if f is not None else None
 
     out = []
     for base, extra in (seeds or {}).items():
@@ -104,6 +112,12 @@ def seed_rows(metrics_dir: str | Path | Sequence[str | Path], seeds: dict[str, l
             vals = np.array([found[r][m] for r in found if found[r].get(m) is not None], dtype=np.float64)
             row[m] = {"mean": round(float(vals.mean()), 4) if len(vals) else None,
                       "sd": round(float(vals.std(ddof=1)), 4) if len(vals) > 1 else None}
+        runs_c = [c for r in found if (c := contributions(r)) is not None] if contribution_dirs and bootstrap else []
+        if runs_c and len(runs_c) == len(found):
+            ci = seed_bootstrap_intervals(runs_c, **bootstrap)
+            for m in metrics:
+                if m in ci:
+                    row[m]["ci95"] = ci[m]
         out.append(row)
     return out
 
@@ -197,7 +211,8 @@ def _cell_html(r: dict[str, Any], col: str) -> str:
 def _mean_sd(d: dict[str, Any] | None) -> str:
     if not d or d.get("mean") is None:
         return "–"
-    return f"{d['mean']:.1f} ± {d['sd']:.1f}" if d.get("sd") is not None else f"{d['mean']:.1f} (one seed)"
+    cell = f"{d['mean']:.1f} ± {d['sd']:.1f}" if d.get("sd") is not None else f"{d['mean']:.1f} (one seed)"
+    return cell + (f" [{d['ci95'][0]:.1f}, {d['ci95'][1]:.1f}]" if d.get("ci95") else "")
 
 
 def interval_note(rows: list[dict[str, Any]], bootstrap: dict[str, Any] | None) -> str:
@@ -218,7 +233,10 @@ def interval_note(rows: list[dict[str, Any]], bootstrap: dict[str, Any] | None) 
 
 def _seed_note(seeds: list[dict[str, Any]]) -> str:
     found = ", ".join(f"{s['base']}: {s['n_found']} of {s['n_runs']} runs found" for s in seeds)
-    return f"Mean ± sample sd (ddof = 1) over training seeds; {found}."
+    ci = any(isinstance(v, dict) and v.get("ci95") for s in seeds for v in s.values())
+    return (f"Mean ± sample sd (ddof = 1) over training seeds; {found}."
+            + (" [interval]: 95 % bootstrap interval of one run with a random one of those seeds (each resample draws "
+               "a seed and the documents)." if ci else ""))
 
 
 def _paired_note(paired: list[dict[str, Any]], alpha: float) -> str:
