@@ -257,7 +257,8 @@ def test_zero_shot_fusion_does_not_depend_on_the_training_labels(tmp_path):
         root = tmp_path / f"trn{len(trn_gold)}"
         ws, uids, _ = _fuse_workspace(root, tst_texts, [[1, 8], [0]], trn_gold, {"base": 0})
         summary = fuse(params, "base_zs_hybrid", ["base"], ws, zero_shot=True)
-        assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all"}
+        assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all",
+                                                                                  "against_base"}
         w = dict(zip(summary["fusion"]["features"], summary["fusion"]["weights"]))
         assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
         out = ws.predictions("base_zs_hybrid")
@@ -618,3 +619,38 @@ def test_identifier_label_texts_name_the_identifier_and_describe_with_the_rest()
     assert {0, 1, 3} <= set(found) and 2 not in set(found)
     assert parse_label_names(["breathe, take a breath (v): draw air into the lungs"] * 3).mode == "prefix"
     assert parse_label_names(["Harry Potter and the Goblet of Fire", "A title: with a colon"]).mode == "text"
+
+
+def test_a_hybrid_below_its_run_on_validation_keeps_the_runs_ranking(tmp_path, monkeypatch):
+    """A run that ranks every validation text's labels first, and a fusion that inverts it (names that mislead):
+    the fusion's cross-fitted validation P@1 is below the run's, so the hybrid keeps the run's ranking (val and
+    test), and says so."""
+    import xmc.package.fuse as fuse_module
+    from xmc.lexical.hybrid import FusionWeights
+    from xmc.package.fuse import fuse
+    from xmc.predictions import TopK
+
+    def inverted(cfg, table, gold, rows, features, kind=None):
+        w = np.zeros(len(features))
+        w[features.index("method_score")] = -1.0
+        return FusionWeights(w, 0.0, np.zeros(len(features)), np.ones(len(features)), features)
+
+    monkeypatch.setattr(fuse_module, "fit_supervised_fusion", inverted)
+
+    tst_texts = ["a bank by the river", "take a breath now"]
+    ws, uids, ds = _fuse_workspace(tmp_path, tst_texts, [[1, 8], [0]], [[0]], {"base": 0})
+    gold = [[2], [1, 8], [0], [8, 1]] * 3
+    scores = np.array([[5.0, 4.0, 3.0, 2.0, 1.0]] * len(gold), np.float32)
+    ids = np.array([g + [c for c in (4, 5, 6, 3, 7) if c not in g][:5 - len(g)] for g in gold], np.int32)
+    TopK(ids, scores).save(ws.predictions("base") / "val_topk.npz")
+    params = _fuse_params(fusion="logistic", keep_base_below_k=1)
+    summary = fuse(params, "base_hybrid", ["base"], ws)
+    guard = summary["chosen_on_validation"]["against_base"]
+    assert guard["kept"] == "base ranking" and guard["fused P@1"] < guard["base P@1"] == 100.0
+    val = TopK.load(ws.predictions("base_hybrid") / "val_topk.npz")
+    assert np.array_equal(val.indices, ids)   # the run's own lists, in its order
+    tst, base_tst = (TopK.load(ws.predictions(n) / "tst_topk.npz") for n in ("base_hybrid", "base"))
+    assert np.array_equal(tst.indices[:, :3], base_tst.indices[:, :3])
+    # off: the fusion is kept whatever it scores
+    params = _fuse_params(fusion="logistic", keep_base_below_k=0)
+    assert "against_base" not in fuse(params, "base_hybrid", ["base"], ws).get("chosen_on_validation", {})

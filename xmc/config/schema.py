@@ -584,6 +584,8 @@ class HybridConfig(Section):
     C: PosFloat = 1.0                 # inverse L2 strength of the logistic fusion
     cross_fit_folds: Annotated[int, Field(ge=2, le=20)] = 2   # validation folds (by document) for honest val metrics
     zero_shot: ZeroShotFusionConfig = ZeroShotFusionConfig()
+    # a hybrid whose cross-fitted validation P@k is below its run's keeps the run's ranking (0 = never)
+    keep_base_below_k: Annotated[int, Field(ge=0, le=100)] = 5
 
 
 class HybridEntry(Section):

@@ -295,6 +295,14 @@ def zero_shot_fusion(method_weight: float, matched_bonus: float) -> FusionWeight
     return FusionWeights(w, 0.0, np.zeros(len(HYBRID_FEATURES)), np.ones(len(HYBRID_FEATURES)))
 
 
+def base_only_fusion(features: tuple[str, ...] = HYBRID_FEATURES) -> FusionWeights:
+    """A fusion that keeps the run's own ranking: its score alone (a name-matched label it did not retrieve scores
+    below the lowest it retrieved), what a hybrid falls back to where the names do not help on validation."""
+    w = np.zeros(len(features))
+    w[features.index("method_score")] = 1.0
+    return FusionWeights(w, 0.0, np.zeros(len(features)), np.ones(len(features)), features)
+
+
 def precision_at(table: CandidateTable, scores: np.ndarray, gold: sp.csr_matrix, rows: np.ndarray, k: int) -> float:
     """P@k (%) over the given text rows of the table's top-k under ``scores`` (rows without candidates count 0)."""
     keep = np.isin(table.rows, rows)

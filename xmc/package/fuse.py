@@ -20,7 +20,8 @@ from xmc.data import load_processed
 from xmc.errors import ConfigError
 from xmc.evaluation import evaluate_split, write_evaluation
 from xmc.io import atomic_dir, read_json, write_json
-from xmc.lexical.hybrid import HybridRanker, choose_zero_shot_fusion, fit_boosted_fusion, fit_fusion, top_k
+from xmc.lexical.hybrid import (HybridRanker, base_only_fusion, choose_zero_shot_fusion, fit_boosted_fusion, fit_fusion,
+                                precision_at, top_k)
 from xmc.lexical.hybrid import CandidateTable
 from xmc.logs import kv
 from xmc.package.build import PREDICTED_SPLITS, dataset_record
@@ -118,6 +119,21 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     ranker.weights, info = fit(np.arange(len(ds.val)))
     if info:
         chosen["all"] = info
+    if not ensemble and cfg["keep_base_below_k"]:
+        # where the names do not help (few texts say their labels' names), a fusion can rank below its run: the
+        # hybrid then keeps the run's ranking, decided by the cross-fitted validation P@k against the run's own
+        k_guard = int(cfg["keep_base_below_k"])
+        every = np.arange(len(ds.val))
+        keep_base = base_only_fusion(ranker.features)
+        base_scores = keep_base.score(table.X)
+        fused_p, base_p = (precision_at(table, cross, ds.val.Y, every, k_guard),
+                           precision_at(table, base_scores, ds.val.Y, every, k_guard))
+        chosen["against_base"] = {f"fused P@{k_guard}": round(fused_p, 3), f"base P@{k_guard}": round(base_p, 3)}
+        if fused_p < base_p:
+            log.warning("%s: the fusion ranks below %s on validation (cross-fitted P@%d %.2f < %.2f): the hybrid "
+                        "keeps the run's ranking", name, bases[0], k_guard, fused_p, base_p)
+            ranker.weights, cross = keep_base, base_scores
+            chosen["against_base"]["kept"] = "base ranking"
     fit_seconds = time.perf_counter() - t0
     predictions: dict[str, TopK] = {}
     D, I = top_k(table, cross, len(ds.val), k)
