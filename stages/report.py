@@ -19,6 +19,7 @@ from typing import Any
 from xmc.config import load_params, run_entry_point
 from xmc.config.params import dataset_name, product_names
 from xmc.config.runs import resolve_runs
+from xmc.errors import ConfigError
 from xmc.io import atomic_file, write_json
 from xmc.methods import get_method
 from xmc.metrics.bootstrap import bootstrap_settings
@@ -37,6 +38,7 @@ def main() -> None:
     name = dataset_name(params["data"])
     paired, skipped = paired_comparisons(list(rep["paired"]), [ws.root / "evaluation" / "tst"], alpha=alpha, **boot)
     rows = comparison_rows(ws.root / "metrics", product_names(params))
+    check_one_dataset(rows, ws.root / "metrics")
     used = labelled_pairs_used(params, Path(params["data"]["dataset_dir"]).name)
     for r in rows:
         r["labelled_pairs"] = used.get(r["method"], "")
@@ -61,6 +63,20 @@ def main() -> None:
         fh.write(render_html(rows, title, images, plots_page="plots.html", others=others, **kw))
     with atomic_file(out / "plots.html") as fh:
         fh.write(render_plots_page(page, f"Figures: {title}"))
+
+
+def check_one_dataset(rows: list[dict[str, Any]], metrics_dir: Path) -> None:
+    """A table mixes no datasets: every row is evaluated on the same test instances (a metrics file left from a run
+    on another dataset is one error line)."""
+    counts: dict[int, list[str]] = {}
+    for r in rows:
+        counts.setdefault(int(r.get("n_test", -1)), []).append(r["method"])
+    if len(counts) > 1:
+        usual = max(counts, key=lambda n: len(counts[n]))
+        odd = next(m for n, ms in counts.items() if n != usual for m in ms)
+        raise ConfigError(f"{metrics_dir / (odd + '.json')}: evaluated on {next(n for n, ms in counts.items() if odd in ms)} "
+                          f"test instances, the other rows on {usual}: a stale evaluation of another dataset? "
+                          f"(dvc repro evaluates it again)")
 
 
 def labelled_pairs_used(params: dict[str, Any], dataset: str) -> dict[str, str]:

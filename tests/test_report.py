@@ -213,6 +213,14 @@ def test_report_intervals_and_paired(report_repo):
     md2 = (repo / "reports/comparison.md").read_text()
     assert md2.index("## XMC comparison on toy (test split)") < md2.index("## XMC comparison on other-data (test split;")
     assert "XMC comparison on other-data" in (repo / "reports/comparison.html").read_text()
+    # a metrics file of another dataset's run among these rows: refused with one line, nothing rewritten
+    bad_file = repo / "metrics/bad.json"
+    kept = bad_file.read_text()
+    bad_file.write_text(json.dumps(dict(json.loads(kept), n_test=9)))
+    p = run_stage(repo, "stages.report")
+    assert p.returncode == 2 and "metrics/bad.json: evaluated on 9 test instances" in p.stderr
+    assert (repo / "reports/comparison.md").read_text() == md2
+    bad_file.write_text(kept)
     assert "95 % percentile bootstrap intervals over the 1500 test instances (B = 300 resamples, seed 0)" in md
     assert "abl" not in md and "Seed variation" not in md   # the lab's rows are in the lab's reports
     paired = json.loads((repo / "reports/paired.json").read_text())
