@@ -20,8 +20,7 @@ from xmc.config import load_params, run_entry_point
 from xmc.config.params import dataset_name, product_names
 from xmc.config.runs import resolve_runs
 from xmc.errors import ConfigError
-from xmc.io import atomic_file, write_json
-from xmc.methods import get_method
+from xmc.io import atomic_file, read_json_file, write_json
 from xmc.metrics.bootstrap import bootstrap_settings
 from xmc.report import (comparison_rows, paired_comparisons, render_figures, render_html, render_markdown,
                         render_plots_page, supervision)
@@ -39,12 +38,14 @@ def main() -> None:
     paired, skipped = paired_comparisons(list(rep["paired"]), [ws.root / "evaluation" / "tst"], alpha=alpha, **boot)
     rows = comparison_rows(ws.root / "metrics", product_names(params))
     check_one_dataset(rows, ws.root / "metrics")
-    used = labelled_pairs_used(params, Path(params["data"]["dataset_dir"]).name)
+    used = labelled_pairs_used(params, ws.root / "plans", Path(params["data"]["dataset_dir"]).name)
     for r in rows:
         r["labelled_pairs"] = used.get(r["method"], "")
     title = f"XMC comparison on {name} (test split)"
+    summary = ws.validation_reports / "summary.json"
+    counts = read_json_file(summary, "the data summary (stages.validate)").get("counts", {}) if summary.is_file() else {}
     if params["data"]["open_labels"]:
-        n_labels = json.loads((ws.validation_reports / "summary.json").read_text(encoding="utf-8"))["counts"]["n_labels"]
+        n_labels = counts["n_labels"]
         title = f"XMC comparison on {name} (test split; open label space: {n_labels:,} labels)"
     # training curves come from the live records of the runs behind the rows (plots/train/<run>/)
     page = render_figures([r["method"] for r in rows], ws.root / "plots" / "eval", ws.root / "plots" / "train",
@@ -53,7 +54,7 @@ def main() -> None:
     kw: dict[str, Any] = {"bootstrap": boot, "paired": paired, "alpha": alpha, "skipped": skipped}
     write_json(out / "paired.json", paired)
     others = other_datasets(out / "datasets", name)
-    write_json(out / "datasets" / f"{name}.json", dataset_record(params, ws, name, rows, paired, skipped, boot))
+    write_json(out / "datasets" / f"{name}.json", dataset_record(params, counts, name, rows, paired, skipped, boot))
     with atomic_file(out / "comparison.md") as fh:
         fh.write(render_markdown(rows, title, **kw))
         for o in others:
@@ -79,10 +80,18 @@ def check_one_dataset(rows: list[dict[str, Any]], metrics_dir: Path) -> None:
                           f"(dvc repro evaluates it again)")
 
 
-def labelled_pairs_used(params: dict[str, Any], dataset: str) -> dict[str, str]:
-    """Row name -> what labelled pairs of the dataset it used (training, validation, none), in words."""
+def labelled_splits(plan_file: Path) -> tuple[str, ...]:
+    """The splits whose label matrices (``<split>_Y.npz``) a run's training read, as its plan recorded them (the
+    plan lists every input the training reads: reading it keeps method code, and torch, out of the report)."""
+    inputs = read_json_file(plan_file, "a training plan (stages.plan)")["inputs"]
+    return tuple(sorted(Path(p).name.removesuffix("_Y.npz") for p in inputs if p.endswith("_Y.npz")))
+
+
+def labelled_pairs_used(params: dict[str, Any], plans: Path, dataset: str) -> dict[str, str]:
+    """Row name -> what labelled pairs of the dataset it used (training, validation, none), in words; ``plans``:
+    the training plans (stages.plan), one per run."""
     specs, _ = resolve_runs(params["runs"], params)
-    reads = {name: tuple(get_method(spec.method).splits_read(spec.config)) for name, spec in specs.items()}
+    reads = {name: labelled_splits(plans / f"{name}.json") for name in specs}
     reads.update({name: ("trn",) for name in params["xr_linear"]})
     tuned_here = dataset in params["report"]["settings_chosen_on"]
     out = {name: supervision(r, None, tuned_here) for name, r in reads.items()}
@@ -91,11 +100,9 @@ def labelled_pairs_used(params: dict[str, Any], dataset: str) -> dict[str, str]:
     return out
 
 
-def dataset_record(params: dict[str, Any], ws: Workspace, name: str, rows: list[dict[str, Any]],
+def dataset_record(params: dict[str, Any], counts: dict[str, Any], name: str, rows: list[dict[str, Any]],
                    paired: list[dict[str, Any]], skipped: list[str], boot: dict[str, Any]) -> dict[str, Any]:
-    """What the comparison of a later run on another dataset shows of this one."""
-    summary = ws.validation_reports / "summary.json"
-    counts = json.loads(summary.read_text(encoding="utf-8")).get("counts", {}) if summary.is_file() else {}
+    """What the comparison of a later run on another dataset shows of this one (``counts``: the data's sizes)."""
     return {"dataset": name, "dataset_dir": params["data"]["dataset_dir"], "counts": counts,
             "written": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "rows": rows, "paired": paired, "skipped": skipped, "bootstrap": boot}

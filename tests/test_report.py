@@ -166,7 +166,7 @@ def metrics_json(p1: float, **kw: Any) -> dict[str, Any]:
 def report_repo(tmp_path):
     """A product with runs good and bad (evaluated) and a lab with an ablation abl of good and seeds of good."""
     repo = tmp_path / "repo"
-    write_params(repo, runs={"good": {"method": "tfidf_knn"}, "bad": {"method": "label_prior"}},
+    write_params(repo, runs={"good": {"method": "tfidf_knn"}, "bad": {"method": "tfidf_zeroshot"}},
                  report={"paired": [["good", "bad"]], "alpha": 0.05})
     (repo / "lab").mkdir()
     (repo / "lab/params.yaml").write_text(yaml.safe_dump({
@@ -190,6 +190,10 @@ def report_repo(tmp_path):
     write_json(repo / "metrics/good.json", metrics_json(40.0, ci95={"P@1": [37.54, 42.46], "R@100": [63.0, 67.0]},
                                                        train_seconds=10.0, predict_seconds=1.0))
     write_json(repo / "metrics/bad.json", metrics_json(30.0, ci95={"P@1": [27.7, 32.3]}))
+    # the training plans (stages.plan): what each run's training read; the 'labelled pairs used' column comes from them
+    write_json(repo / "plans/good.json", {"inputs": {"data/processed/lbl.jsonl": "0", "data/processed/trn.jsonl": "0",
+                                                    "data/processed/trn_Y.npz": "0"}})
+    write_json(repo / "plans/bad.json", {"inputs": {"data/processed/lbl.jsonl": "0"}})
     write_json(repo / "lab/runs/good_seed1/metrics/good_seed1.json", metrics_json(42.0, **{"P@5": 26.0}))
     write_json(repo / "lab/runs/good_seed2/metrics/good_seed2.json", metrics_json(44.0, **{"P@5": 27.0}))
     write_json(repo / "lab/runs/abl/metrics/abl.json", metrics_json(30.2, ci95={"P@1": [27.9, 32.5]}))
@@ -203,7 +207,7 @@ def test_report_intervals_and_paired(report_repo):
     md = (repo / "reports/comparison.md").read_text()
     # kind of row, what labelled pairs it used, value [interval], the best of each column in bold
     assert "| good | method | training pairs | **40.0** [37.5, 42.5] | **30.0** | **25.0** |" in md
-    assert "| bad | method | training pairs | 30.0 [27.7, 32.3] |" in md
+    assert "| bad | method | none (zero-shot) | 30.0 [27.7, 32.3] |" in md
     # a table per dataset: this run's record, kept for the comparison of a run on another dataset
     record = json.loads((repo / "reports/datasets/toy.json").read_text())
     assert record["dataset"] == "toy" and [r["method"] for r in record["rows"]] == ["good", "bad"]

@@ -150,7 +150,7 @@ def test_graph_stage_skips_a_label_graph_that_is_not_wordnet(tmp_path, caplog):
     params = load_params(Path(__file__).resolve().parents[1] / "params.yaml")
     gcfg = params["graph"]
     view = SimpleNamespace(n_labels=len(ds.label_texts), label_uids=[str(i) for i in range(len(ds.label_texts))],
-                           trn=ds.trn)
+                           label_texts=list(ds.label_texts), trn=ds.trn)
     with caplog.at_level(logging.WARNING, logger="xmc.features"):
         sets = derive_anchor_sets(gcfg, view, ws)
     assert "wordnet" not in sets and "document" in sets
