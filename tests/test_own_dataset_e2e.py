@@ -1,9 +1,10 @@
 """One's own dataset end to end: `make run`'s pipeline (`dvc repro`) on a small dataset in the JSON-lines layout
 with title-only labels, no label graph and no document groups.
 
-What a user meets when pointing `data.dataset_dir` at their data: every stage runs, RAMEN runs with the graph
-sets that exist (none here: a plain dual encoder, said in one log line), the label-name retriever reads the
-titles as names, and the report, the metrics and the packages come out."""
+What a user meets when pointing `data.dataset_dir` at their data: every stage runs, RAMEN regularises with the graph
+it can build (no label graph or documents here: the training labels' co-occurrence, said in the one warning line
+about the label graph), the label-name retriever reads the titles as names, and the report, the metrics and the
+packages come out."""
 
 from __future__ import annotations
 
@@ -81,7 +82,9 @@ def test_make_runs_pipeline_on_a_jsonl_dataset_without_graph_or_groups(repo):
     warnings = [line for line in log.splitlines() if " WARNING " in line]
     for lacking in ("ships no validation split", "has no document ids", "label graph sets skipped"):
         assert sum(lacking in line for line in warnings) == 1, (lacking, warnings)
-    assert "regularising with none" in log
+    assert "RAMEN's label graph is the training labels' co-occurrence" in log and "regularising with cooccurrence" in log
+    graphs = json.loads((repo / "models/ramen/train_summary.json").read_text())["graphs"]
+    assert graphs.get("cooccurrence/label", 0) > 0, graphs
     meta = json.loads((repo / "data/processed/meta.json").read_text())
     assert meta["layout"] == "jsonl" and meta["validation"]["unit"] == "rows"
     assert json.loads((repo / "data/processed/label_side/manifest.json").read_text()) == {"files": []}

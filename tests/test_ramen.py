@@ -14,7 +14,7 @@ from xmc.encoders import HashedBagOfWordsEncoder
 from xmc.errors import DataFormatError
 from xmc.graph import (AnchorSet, augment_edges, bipartite_adjacency, load_graph_dir, prune_edges,
                        random_walk_with_restart, rwr_closed_form, save_anchor_set)
-from xmc.graph.build import document_query_set, item_relations_label_set, wordnet_label_set
+from xmc.graph.build import document_query_set, item_relations_label_set, label_cooccurrence_set, wordnet_label_set
 from xmc.graph.rwr import top_k_per_row
 from xmc.data.dataset import Split
 from xmc.losses import DecoupledSoftmaxLoss
@@ -247,6 +247,26 @@ def test_relations_label_set_links_a_label_that_is_a_training_item_to_that_items
     assert none.edges["label"].nnz == 0 and none.anchor_ids == []
 
 
+def test_cooccurrence_label_set_keeps_the_most_shared_labels_of_each_label():
+    rng = np.random.default_rng(0)
+    Y = sp.csr_matrix((rng.random((60, 9)) < 0.3).astype(np.float32))
+    labels = [f"l{j}" for j in range(9)]
+    aset = label_cooccurrence_set(Split(uids=[str(i) for i in range(60)], texts=["t"] * 60, Y=Y), labels,
+                                  [str(j) for j in range(9)], top_k=3, min_count=4)
+    C = (Y.T @ Y).toarray()
+    E = aset.edges["label"].toarray()
+    for a in range(9):
+        # brute force: the other labels sharing >= 4 instances, most shared first, ties by label id
+        want = sorted((b for b in range(9) if b != a and C[a, b] >= 4), key=lambda b: (-C[a, b], b))[:3]
+        got = sorted(int(aset.anchor_ids[c]) for c in np.flatnonzero(E[a]))
+        assert got == sorted(want), (a, got, want)
+    assert all(aset.anchor_texts[c] == f"l{aset.anchor_ids[c]}" for c in range(aset.n_anchors))
+    # single-label data: no two labels share an instance, no edges
+    single = sp.csr_matrix((np.ones(9, np.float32), (range(9), range(9))), shape=(9, 9))
+    assert label_cooccurrence_set(Split(uids=list("abcdefghi"), texts=["t"] * 9, Y=single), labels,
+                                  [str(j) for j in range(9)]).edges["label"].nnz == 0
+
+
 @pytest.mark.parametrize("label_graph, message", [
     (b"child\trelation\tparent\ns1\thypernym\t\xffp1\n", "label_graph.tsv:2: not valid UTF-8"),
     (b"child\tparent\ns1\tp1\n", "label_graph.tsv:1: expected header"),
@@ -368,3 +388,25 @@ def test_ramen_trains_through_the_trainer_and_prunes_on_schedule(tmp_path):
     assert fresh.pruned_at == [1, 3]
     assert all((fresh.active[k] != v).nnz == 0 for k, v in sampler.active.items())
     json.dumps(sampler.prune_log)
+
+
+def test_ramen_regularises_with_a_graph_or_is_refused(tmp_path):
+    """No silent fallback: on data with no label graph and no documents RAMEN regularises with the labels'
+    co-occurrence (its weights differ from the no-graph baseline's); with no regulariser edges at all it is refused
+    with one line; ``regulariser.sets: []`` is the no-graph baseline, asked for by name."""
+    import xmc
+    from tests.test_own_dataset_e2e import write_product_dataset
+    from xmc.errors import ConfigError
+
+    data = write_product_dataset(tmp_path / "products")
+    small = {"encoder": {"kind": "bow", "dim": 16, "n_buckets": 2048}, "train": {"epochs": 2},
+             "pruning": {"warmup_epochs": 1}, "run_validation": False}
+    xmc.train(data, "ramen", out=tmp_path / "graph", **small)
+    xmc.train(data, "ramen", out=tmp_path / "baseline", regulariser={"sets": []}, **small)
+    weights = {name: {p.name: p.read_bytes() for p in sorted((tmp_path / name / "encoder").rglob("*")) if p.is_file()}
+               for name in ("graph", "baseline")}
+    assert weights["graph"] and weights["graph"].keys() == weights["baseline"].keys()
+    assert weights["graph"] != weights["baseline"]
+    with pytest.raises(ConfigError, match="no RAMEN regulariser that is on has graph edges"):
+        xmc.train(data, "ramen", out=tmp_path / "refused", graph={"cooccurrence": {"enabled": False}}, **small)
+    assert not (tmp_path / "refused").exists()

@@ -317,6 +317,12 @@ class RelationsGraph(Section):
     enabled: bool = True
 
 
+class CooccurrenceGraph(Section):
+    enabled: bool | Literal["auto"] = "auto"
+    top_k: PosInt = 10
+    min_count: PosInt = 2
+
+
 class DocumentGraph(Section):
     enabled: bool = True
     window: NonNegInt = 2
@@ -336,6 +342,7 @@ class GraphConfig(Section):
     wordnet_dir: str | None = None
     wordnet: WordnetGraph = WordnetGraph()
     relations: RelationsGraph = RelationsGraph()
+    cooccurrence: CooccurrenceGraph = CooccurrenceGraph()
     document: DocumentGraph = DocumentGraph()
     walk: WalkConfig = WalkConfig()
 
@@ -347,7 +354,7 @@ class GraphConfig(Section):
 
 
 class RegulariserConfig(Section):
-    sets: list[str] = ["wordnet", "relations", "document"]
+    sets: list[str] = ["wordnet", "relations", "cooccurrence", "document"]
     query_graph: bool = True
     label_graph: bool = True
     lambda_x: NonNegFloat = 1.0

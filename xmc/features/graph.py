@@ -11,7 +11,7 @@ from typing import Any
 from xmc.data import load_processed
 from xmc.data.dataset import XMCDataset
 from xmc.errors import ConfigError
-from xmc.graph.build import document_query_set, item_relations_label_set, wordnet_label_set
+from xmc.graph.build import document_query_set, item_relations_label_set, label_cooccurrence_set, wordnet_label_set
 from xmc.graph.format import AnchorSet, load_graph_dir, save_anchor_set
 from xmc.graph.rwr import augment_edges
 from xmc.graph.stats import graph_stats, stats_html
@@ -25,8 +25,9 @@ log = logging.getLogger(__name__)
 def derive_anchor_sets(gcfg: dict[str, Any], ds: XMCDataset, ws: Workspace) -> dict[str, AnchorSet]:
     """``wordnet`` (label -> WordNet hypernyms and relations) where the dataset ships a ``label_graph.tsv``, and
     ``relations`` (label -> the training labels of the training item that is that label) where labels are items
-    of the training set, and ``document`` (instance -> neighbouring instances of its document) where instances have
-    groups; a set whose inputs the dataset lacks is skipped with one warning line."""
+    of the training set, ``cooccurrence`` (label -> the labels it shares training instances with) where neither
+    gave a label graph (``enabled: auto``), and ``document`` (instance -> neighbouring instances of its document)
+    where instances have groups; a set whose inputs the dataset lacks is skipped with one warning line."""
     sets: dict[str, AnchorSet] = {}
     skipped: list[str] = []   # why a label set is absent: a warning only when the dataset ends with no label graph
     wcfg = gcfg["wordnet"]
@@ -49,6 +50,17 @@ def derive_anchor_sets(gcfg: dict[str, Any], ds: XMCDataset, ws: Workspace) -> d
             sets["relations"] = rel
         else:
             skipped.append("relations: no label is a training item with labels of its own")
+    ccfg = gcfg["cooccurrence"]
+    if ccfg["enabled"] is True or (ccfg["enabled"] == "auto" and not sets):
+        co = label_cooccurrence_set(ds.trn, list(ds.label_texts), list(ds.label_uids), ccfg["top_k"], ccfg["min_count"])
+        if co.edges["label"].nnz:
+            if skipped:   # the label graph is the training labels' own: said once, with why the others are absent
+                log.warning("label graph sets skipped: %s; RAMEN's label graph is the training labels' co-occurrence",
+                            "; ".join(skipped))
+                skipped = []
+            sets["cooccurrence"] = co
+        else:
+            skipped.append("cooccurrence: no two labels share a training instance")
     if skipped:
         (log.info if sets else log.warning)("label graph sets skipped: %s%s", "; ".join(skipped),
                                             "" if sets else " (RAMEN's label regulariser has no edges)")

@@ -11,6 +11,10 @@ semcor-wn30 (sentences labelled with WordNet senses) gets two anchor sets:
     where labels are items of the same catalogue: a label that is also a training instance (the same text) is
     linked to that instance's training labels, the labels' own relations. Anchor text = the label text. Only the
     training split's labels are read.
+``cooccurrence`` (label -> anchor), for data with no label graph of its own
+    each label is linked to the labels it shares training instances with most often (at least ``min_count``
+    instances, at most ``top_k`` per label). Built only where no other label set could be (``graph.cooccurrence``):
+    the one label graph every multi-label training split has, so RAMEN's label regulariser has edges everywhere.
 ``document`` (query -> anchor)
     each training sentence is linked to the other sentences of its document within ``window``
     sentences (the analogue of co-session queries); anchors are the training sentences themselves.
@@ -173,6 +177,32 @@ def item_relations_label_set(trn: Split, label_texts: list[str], label_uids: lis
     E = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(label_texts), len(ids)))
     log.info("relations anchor set: %d of %d labels are training items, %d anchors, %d label edges",
              matched, len(label_texts), len(ids), E.nnz)
+    return AnchorSet(name, [label_uids[j] for j in ids], [label_texts[j] for j in ids], {"label": E})
+
+
+def label_cooccurrence_set(trn: Split, label_texts: list[str], label_uids: list[str], top_k: int = 10,
+                           min_count: int = 2, name: str = "cooccurrence") -> AnchorSet:
+    """label -> anchor edges from each label to the ``top_k`` labels it co-occurs with on the most training instances
+    (at least ``min_count``; ties by label id); the anchors are the labels reached, by their own text."""
+    Y = trn.Y.tocsc().astype(np.float32)
+    Y.data[:] = 1.0
+    C = (Y.T @ Y).tocsr()   # label x label: the training instances two labels share
+    C.setdiag(0)
+    C.eliminate_zeros()
+    rows: list[int] = []
+    cols: list[int] = []
+    anchor_index: dict[int, int] = {}
+    for lid in range(C.shape[0]):
+        idx, cnt = C.indices[C.indptr[lid]:C.indptr[lid + 1]], C.data[C.indptr[lid]:C.indptr[lid + 1]]
+        keep = cnt >= min_count
+        idx, cnt = idx[keep], cnt[keep]
+        for j in idx[np.lexsort((idx, -cnt))][:top_k]:
+            rows.append(lid)
+            cols.append(anchor_index.setdefault(int(j), len(anchor_index)))
+    ids = list(anchor_index)
+    E = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, cols)), shape=(len(label_texts), len(ids)))
+    log.info("co-occurrence anchor set: %d of %d labels linked, %d anchors, %d label edges",
+             int((np.diff(E.indptr) > 0).sum()), len(label_texts), len(ids), E.nnz)
     return AnchorSet(name, [label_uids[j] for j in ids], [label_texts[j] for j in ids], {"label": E})
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -308,6 +309,31 @@ def build_task_loss(cfg: dict[str, Any]) -> nn.Module:
     return build_loss(cfg["name"], **{k: v for k, v in cfg.items() if k != "name"})
 
 
+def check_regularisers(run: str, reg: dict[str, Any], sets: dict[str, AnchorSet], graph_dir: Path) -> None:
+    """RAMEN trains with a regulariser that has edges, or it is refused: with none it would be DEXML under another
+    name. ``regulariser.sets: []`` alone asks for the no-graph baseline (the ablation), and says so."""
+    if not reg["sets"]:
+        log.info("%s: regulariser.sets is []: the no-graph baseline (a plain dual encoder)", run)
+        return
+    wanted = {side for side, on, lam in (("label", reg["label_graph"], reg["lambda_z"]),
+                                          ("query", reg["query_graph"], reg["lambda_x"])) if on and lam > 0}
+    present = {side for n in reg["sets"] if n in sets for side, E in sets[n].edges.items() if E.nnz}
+    if not wanted & present:
+        have = ", ".join(f"{n} ({'/'.join(sets[n].edges)})" for n in sets) or "none"
+        raise ConfigError(f"{run}: no RAMEN regulariser that is on has graph edges (on: "
+                          f"{', '.join(sorted(wanted)) or 'none'}; anchor sets in {graph_dir}: {have}): it would train "
+                          f"as a plain dual encoder. Give the dataset a label graph (label_graph.tsv) or document ids, "
+                          f"switch on regulariser.query_graph, or set regulariser.sets: [] for the no-graph baseline")
+    missing = [n for n in reg["sets"] if n not in sets]
+    if missing:
+        # a dataset has the inputs of some sets only (WordNet senses: wordnet; catalogue items: relations; other
+        # multi-label data: cooccurrence): the graph stage skipped the others. A warning only where a regulariser that
+        # is on is left with no edges.
+        report = log.warning if wanted - present else log.info
+        report("%s: graph sets %s are not in %s (the dataset lacks their inputs): regularising with %s", run,
+               ", ".join(missing), graph_dir, ", ".join(n for n in reg["sets"] if n in sets))
+
+
 class RAMENMethod(TrainerMethod):
     """A dual encoder with graph regularisers on the one trainer (or, with no sets / both graphs off, its
     no-graph baseline). The saved model is a plain encoder folder: no graph at inference."""
@@ -321,16 +347,7 @@ class RAMENMethod(TrainerMethod):
         graph_dir = ctx.ws.anchor_sets
         sets = load_graph_dir(graph_dir, len(ds.trn), ds.n_labels) \
             if reg["sets"] and not (graph_dir.is_dir() and not discover_sets(graph_dir)) else {}
-        missing = [n for n in reg["sets"] if n not in sets]
-        if missing:
-            # a dataset has the inputs of some sets only (WordNet senses: wordnet; catalogue items: relations): the
-            # graph stage skipped the others. Warn only where a regulariser that is on is left with no edges.
-            present_sides = {side for n in reg["sets"] if n in sets for side in sets[n].edges}
-            wanted = {side for side, on in (("label", reg["label_graph"]), ("query", reg["query_graph"])) if on}
-            report = log.warning if wanted - present_sides else log.info
-            report("%s: graph sets %s are not in %s (the dataset lacks their inputs): regularising with %s",
-                   ctx.run.name, ", ".join(missing), graph_dir,
-                   ", ".join(n for n in reg["sets"] if n in sets) or "none (a plain dual encoder)")
+        check_regularisers(ctx.run.name, reg, sets, graph_dir)
         if cfg["negatives"]["kind"] == "all":
             raise ConfigError("ramen: negatives.kind 'all' is not supported (R_z needs an explicit label pool)")
         use_sets = {n: sets[n] for n in reg["sets"] if n in sets}
