@@ -41,6 +41,9 @@ def main() -> None:
     used = labelled_pairs_used(params, ws.root / "plans", Path(params["data"]["dataset_dir"]).name)
     for r in rows:
         r["labelled_pairs"] = used.get(r["method"], "")
+        val = ws.metrics(r["method"], "val")
+        if val.is_file() and "by_name_match" in (m := read_json_file(val, "validation metrics")):
+            r["by_name_match_val"] = m["by_name_match"]
     title = f"XMC comparison on {name} (test split)"
     summary = ws.validation_reports / "summary.json"
     counts = read_json_file(summary, "the data summary (stages.validate)").get("counts", {}) if summary.is_file() else {}

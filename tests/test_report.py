@@ -430,3 +430,19 @@ def test_paired_verdicts_read_holm_adjusted_p_over_the_report(tmp_path):
         assert r["p_holm"] >= r["p_value"] and r["unit"] == "documents" and r["n_units"] == 60
         assert (r["verdict"] == "tie") == (r["p_holm"] >= 0.05)
     assert {r["better"] for r in rows if r["b"] == "a" and r["a"] == "c"} == {"c"}
+
+
+def test_report_shows_the_hybrids_on_texts_with_and_without_a_correct_name_match():
+    from xmc.report.table import render_markdown
+
+    side = {"texts": 40, "base P@1": 50.0, "hybrid P@1": 49.0, "base P@5": 30.0, "hybrid P@5": 30.0,
+            "P@1 diff": -1.0, "P@1 diff ci95": [-3.0, 1.0], "p_value": 0.4}
+    rows = [{"method": "astra", "P@1": 50.0},
+            {"method": "astra_hybrid", "P@1": 60.0,
+             "by_name_match": {"with_correct_name_match": {**side, "hybrid P@1": 80.0}, "without": side},
+             "by_name_match_val": {"with_correct_name_match": {"texts": 0}, "without": side}}]
+    md = render_markdown(rows, "t")
+    assert "### Hybrids on texts with and without a correct name match" in md
+    assert "| astra_hybrid | tst | 40 / 40 | 50.0 → 80.0 | 50.0 → 49.0 | -1.00 [-3.00, 1.00] |" in md
+    assert "| astra_hybrid | val | 0 / 40 | – | 50.0 → 49.0 |" in md
+    assert "name match" not in render_markdown(rows[:1], "t")

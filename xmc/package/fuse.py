@@ -28,6 +28,8 @@ from xmc.package.build import PREDICTED_SPLITS, dataset_record
 from xmc.cards import training_record
 from xmc.package.package import finish_package
 from xmc.package.predictors import HybridPredictor
+from xmc.metrics import hit_matrix
+from xmc.metrics.bootstrap import InstanceContributions, bootstrap_settings, document_codes, paired_bootstrap
 from xmc.predictions import TopK
 from xmc.workspace import Workspace
 
@@ -71,6 +73,37 @@ def cross_fitted_scores(table: Any, folds: np.ndarray, fit: Any) -> tuple[np.nda
             if info:
                 infos[f"fold_{f}"] = info
     return cross, infos
+
+
+def name_match_breakdown(table: CandidateTable, features: tuple[str, ...], gold: Any, base: np.ndarray,
+                         fused: np.ndarray, groups: list[Any] | None, boot: dict[str, Any]) -> dict[str, Any]:
+    """P@1 and P@5 of the base run (``base``: its top-k ids) and the hybrid (``fused``) on the texts with a correct
+    label among their name matches and on those without, and the hybrid − base P@1 on each with a paired
+    document-resampled interval: a fusion must not buy its gain on the first group with a loss on the second."""
+    gold = gold.tocsr()
+    n = gold.shape[0]
+    matched = table.X[:, features.index("matched")] > 0
+    correct = matched & (np.asarray(gold[table.rows, table.labels]).ravel() > 0)
+    has = np.zeros(n, bool)
+    has[table.rows[correct]] = True
+    out: dict[str, Any] = {}
+    for part, rows in (("with_correct_name_match", np.flatnonzero(has)), ("without", np.flatnonzero(~has))):
+        if not len(rows):
+            out[part] = {"texts": 0}
+            continue
+        Y = gold[rows]
+        hits = {who: hit_matrix(np.asarray(I)[rows], Y) for who, I in (("base", base), ("hybrid", fused))}
+        docs = document_codes([groups[i] for i in rows] if groups else None, len(rows))
+        contrib = {who: InstanceContributions(["P@1", "P@5"], np.vstack([h[:, :1].sum(1), h[:, :5].sum(1) / 5]),
+                                              np.ones((2, len(rows))), docs) for who, h in hits.items()}
+        test = paired_bootstrap(contrib["hybrid"], contrib["base"], "P@1", boot["n_resamples"], boot["seed"],
+                                boot["level"], boot["unit"])
+        vals = {who: c.values() for who, c in contrib.items()}
+        out[part] = {"texts": int(len(rows)), "base P@1": round(vals["base"]["P@1"], 2),
+                     "hybrid P@1": round(vals["hybrid"]["P@1"], 2), "base P@5": round(vals["base"]["P@5"], 2),
+                     "hybrid P@5": round(vals["hybrid"]["P@5"], 2), "P@1 diff": round(test["diff"], 2),
+                     "P@1 diff ci95": test["ci95"], "p_value": round(test["p_value"], 4)}
+    return out
 
 
 def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zero_shot: bool = False,
@@ -139,11 +172,23 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     D, I = top_k(table, cross, len(ds.val), k)
     predictions["val"] = TopK(I.astype(np.int32), D)
     rank_seconds = None
+    tables = {"val": table}
     if "tst" in splits:
         t0 = time.perf_counter()
-        D, I = ranker.rank_many(ds.tst.texts, base_topk("tst"), k)
+        tables["tst"] = ranker.table_many(ds.tst.texts, base_topk("tst"))
+        D, I = top_k(tables["tst"], ranker.weights.score(tables["tst"].X), len(ds.tst), k)   # = ranker.rank_many
         rank_seconds = time.perf_counter() - t0
         predictions["tst"] = TopK(I.astype(np.int32), D)
+    by_name_match = {}
+    if not ensemble:
+        boot = bootstrap_settings(params)
+        for split, t in tables.items():
+            sp_ = getattr(ds, split)
+            by_name_match[split] = name_match_breakdown(t, ranker.features, sp_.Y, base_topk(split)[0][1],
+                                                        predictions[split].indices, sp_.groups, boot)
+            log.info("%s on %s texts with / without a correct name match: %s", name, split,
+                     "; ".join(f"{v['texts']} texts, P@1 {v.get('base P@1')} -> {v.get('hybrid P@1')}"
+                               for v in by_name_match[split].values()))
     timings = [read_json(base_ws.predictions(b) / "timing.json") if (base_ws.predictions(b) / "timing.json").is_file()
                else {} for b in bases]
     # a hybrid costs what its bases cost together, plus the fusion
@@ -159,8 +204,12 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     for split, top in predictions.items():
         top.save(ws.predictions(name) / f"{split}_topk.npz")
     write_json(ws.predictions(name) / "timing.json", summary)
-    metrics = {split: write_evaluation(ws, name, split, evaluate_split(top, ds, split, params), params, summary)
-               for split, top in predictions.items()}
+    metrics = {}
+    for split, top in predictions.items():
+        result = evaluate_split(top, ds, split, params)
+        if split in by_name_match:
+            result["metrics"]["by_name_match"] = by_name_match[split]
+        metrics[split] = write_evaluation(ws, name, split, result, params, summary)
     d = summary["fusion"]
     log.info("fused %s with label names into %s: %.1f candidates per text, %s fusion %s", " + ".join(bases), name,
              summary["candidates_per_text"], d["kind"],
@@ -176,8 +225,9 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
                        params={"bases": bases, "fusion": "zero_shot" if zero_shot else cfg["fusion"],
                                "hybrid": cfg, "label_names": names_cfg},
                        dataset=dataset_record(ws, ds), training=training_record(summary),
-                       metrics={s: {k_: v for k_, v in m.items() if k_ != "ci95"} for s, m in metrics.items()})
+                       metrics={s: {k_: v for k_, v in m.items() if k_ not in ("ci95", "by_name_match")}
+                                for s, m in metrics.items()})
     return summary
 
 
-__all__ = ["cross_fitted_scores", "fit_supervised_fusion", "fuse", "validation_folds"]
+__all__ = ["cross_fitted_scores", "fit_supervised_fusion", "fuse", "name_match_breakdown", "validation_folds"]

@@ -277,6 +277,7 @@ def render_markdown(rows: list[dict[str, Any]], title: str = "", bootstrap: dict
             cells = [s["base"], str(s["n_found"])] + [_mean_sd(s.get(m)) for m in SEED_METRICS]
             lines.append("| " + " | ".join(cells) + " |")
         lines += ["", _seed_note(seeds)]
+    lines += _name_match_lines(rows)
     if paired or skipped:
         lines += ["", "### Paired comparisons", ""]
     if paired:
@@ -299,6 +300,32 @@ def render_markdown(rows: list[dict[str, Any]], title: str = "", bootstrap: dict
             lines.append(f"| {d['ablation']} | {d['control']} | " + " | ".join(cells) + f" | {d['verdict']} |")
         lines += ["", _delta_note(ablation_deltas, alpha)]
     return "\n".join(lines) + "\n"
+
+
+def _name_match_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The hybrids against their base run on the texts with a correct label among their name matches and on those
+    without (``by_name_match`` of the hybrids' metrics: validation cross-fitted, and test)."""
+    found = [(r["method"], split, r[key]) for r in rows for split, key in (("val", "by_name_match_val"),
+                                                                          ("tst", "by_name_match"))
+             if isinstance(r.get(key), dict)]
+    if not found:
+        return []
+    out = ["", "### Hybrids on texts with and without a correct name match", "",
+           "| hybrid | split | texts with / without | with: base → hybrid P@1 | without: base → hybrid P@1 | "
+           "without: hybrid − base P@1 [95 % CI] |", "|" + "---|" * 6]
+    for name, split, b in found:
+        w, wo = b.get("with_correct_name_match", {}), b.get("without", {})
+
+        def step(d: dict[str, Any]) -> str:
+            return f"{d['base P@1']:.1f} → {d['hybrid P@1']:.1f}" if d.get("texts") else "–"
+
+        diff = (f"{wo['P@1 diff']:+.2f} [{wo['P@1 diff ci95'][0]:.2f}, {wo['P@1 diff ci95'][1]:.2f}]"
+                if wo.get("texts") else "–")
+        out.append(f"| {name} | {split} | {w.get('texts', 0)} / {wo.get('texts', 0)} | {step(w)} | {step(wo)} | {diff} |")
+    out += ["", "A text is \"with\" when one of its true labels is among the labels whose names it contains. "
+            "Validation rows are cross-fitted (the fusion is fit on the other validation documents); intervals "
+            "resample documents."]
+    return out
 
 
 def ablation_deltas(paired: list[dict[str, Any]], controls: dict[str, str]) -> list[dict[str, Any]]:
