@@ -359,6 +359,8 @@ def test_ensemble_fusion_learns_which_member_to_trust():
     table = ranker.table_many(texts[half], [(D_a[half], I_a[half]), (D_b[half], I_b[half])])
     assert table.X.shape[1] == len(ranker.features)
     ranker.weights = fit_fusion(table, Y[half], features=ranker.features)
+    w = dict(zip(ranker.features, ranker.weights.weights))
+    assert w["b:method_score"] > w["a:method_score"]
     rest = slice(n // 2, n)
     _, R = ranker.rank_many(texts[rest], [(D_a[rest], I_a[rest]), (D_b[rest], I_b[rest])], 3)
     assert (R[:, 0] == gold[rest]).all()
@@ -380,9 +382,8 @@ def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
     params = _fuse_params()
     params["label_names"]["cased_names"] = False
     summary = fuse(params, "ensemble_hybrid", ["one", "two"], ws)
-    assert summary["members"] == ["one", "two"] and summary["fusion"]["features"][:8] == [
-        "one:method_score", "one:method_retrieved", "one:method_rank", "one:method_gap",
-        "two:method_score", "two:method_retrieved", "two:method_rank", "two:method_gap"]
+    assert summary["members"] == ["one", "two"] and summary["fusion"]["features"][:4] == [
+        "one:method_score", "one:method_retrieved", "two:method_score", "two:method_retrieved"]
     assert summary["train_seconds"] >= 4.0 and summary["predict_seconds"] >= 1.0   # both members' costs
     out = ws.predictions("ensemble_hybrid")
     tst = TopK.load(out / "tst_topk.npz")
@@ -549,19 +550,13 @@ def _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count):
             got = dict(zip(ids[i][ok].tolist(), scores[i][ok].tolist()))
             retrieved.append(got)
             floors.append((min(got.values()) - 1.0) if got else 0.0)
-        n_matched = float(len(m))
-        matched_retrieved = float(sum(any(j in got for got in retrieved) for j in m))
         for lid in sorted(set(m).union(*retrieved)):
             rows.append(i)
             labels.append(lid)
             f = []
             for got, floor in zip(retrieved, floors):
-                score = got.get(lid, floor)
-                rank = (1 + sum(v > got[lid] for v in got.values())) if lid in got else len(got) + 1
-                top = max(got.values()) if got else 0.0
-                f += [score, float(lid in got), float(rank), top - score]
-            feats.append([*f, *_pair_features(m.get(lid), lid, prior, mfs), n_matched, matched_retrieved,
-                          float(log_count[lid])])
+                f += [got.get(lid, floor), float(lid in got)]
+            feats.append([*f, *_pair_features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
     return np.asarray(rows, np.int64), np.asarray(labels, np.int64), np.asarray(feats, np.float64)
 
 

@@ -34,12 +34,8 @@ from xmc.lexical.names import parse_label_names
 from xmc.metrics import hit_matrix
 from xmc.native import trees_score
 
-# per fused run: its score, whether it retrieved the label, the label's rank in its list and the gap to its best score
-METHOD_FEATURES = ("method_score", "method_retrieved", "method_rank", "method_gap")
-# per text: how many labels its names match, and how many of those a run also retrieved (agreement of the names with
-# the runs): where the names match much and agree little, the trees learn to keep the run's order
-TEXT_FEATURES = ("text_name_matches", "text_matches_retrieved")
-HYBRID_FEATURES = (*METHOD_FEATURES, *FEATURES, *TEXT_FEATURES, "log_train_count")
+HYBRID_FEATURES = ("method_score", "method_retrieved", *FEATURES, "log_train_count")
+METHOD_FEATURES = ("method_score", "method_retrieved")   # per fused run
 
 
 def hybrid_features(members: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -47,7 +43,7 @@ def hybrid_features(members: Sequence[str] | None = None) -> tuple[str, ...]:
     runs each contribute ``<run>:method_score`` and ``<run>:method_retrieved``."""
     if members is None:
         return HYBRID_FEATURES
-    return (*(f"{m}:{f}" for m in members for f in METHOD_FEATURES), *FEATURES, *TEXT_FEATURES, "log_train_count")
+    return (*(f"{m}:{f}" for m in members for f in METHOD_FEATURES), *FEATURES, "log_train_count")
 
 
 @dataclass
@@ -65,10 +61,7 @@ def candidate_table(bases: Sequence[tuple[np.ndarray, np.ndarray]], matches: Seq
     """The union of the runs' top-k lists (``bases``: one (scores, ids) pair per run, rows aligned) and the name
     matches, one feature row per (text, label), in text order and by label id within a text: each run's score
     (where it did not retrieve the label: its row's lowest retrieved score minus one, or 0.0 for a row it retrieved
-    nothing for), retrieved flag, rank (1 + the number of the row's retrieved labels scored higher; not retrieved:
-    1 + the number retrieved) and gap (the row's best retrieved score, 0.0 where none, minus the score), then the
-    name-match features, the text's number of name-matched labels and how many of them any run retrieved, and the
-    log training count.
+    nothing for) and retrieved flag, then the name-match features and the log training count.
 
     Built with array operations over (text, label) keys (the name features: :meth:`LabelNameMatcher.feature_rows`)."""
     n_rows = len(matches)
@@ -78,7 +71,7 @@ def candidate_table(bases: Sequence[tuple[np.ndarray, np.ndarray]], matches: Seq
     m_text, m_lid, m_feats = matcher.feature_rows(matches, prior, mfs)
     m_keys = m_text * n_labels + m_lid
     # each run's retrieved (key, score); a label listed twice in a row keeps its last score (as a dict would)
-    got: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    got: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     for scores, ids in bases:
         ids = np.asarray(ids)[:n_rows]
         sc = np.asarray(scores)[:n_rows].astype(np.float64)
@@ -93,46 +86,20 @@ def candidate_table(bases: Sequence[tuple[np.ndarray, np.ndarray]], matches: Seq
         low = np.full(n_rows, np.inf)
         np.minimum.at(low, rev_keys // n_labels, vals)
         floor = np.where(np.isinf(low), 0.0, low - 1.0)
-        row_of = rev_keys // n_labels
-        high = np.full(n_rows, -np.inf)
-        np.maximum.at(high, row_of, vals)
-        top = np.where(np.isinf(high), 0.0, high)
-        # rank: 1 + how many of the row's retrieved labels score strictly higher (ties share a rank)
-        order = np.lexsort((-vals, row_of))
-        r_s, v_s = row_of[order], vals[order]
-        new_run = np.ones(len(order), bool)
-        new_run[1:] = (r_s[1:] != r_s[:-1]) | (v_s[1:] != v_s[:-1])
-        run_start = np.maximum.accumulate(np.where(new_run, np.arange(len(order)), 0))
-        n_ret = np.bincount(row_of, minlength=n_rows)
-        row_start = np.concatenate([[0], np.cumsum(n_ret)[:-1]])
-        rank = np.empty(len(order), np.float64)
-        rank[order] = run_start - row_start[r_s] + 1
-        got.append((rev_keys, vals, floor, top, rank, n_ret.astype(np.float64) + 1.0))
+        got.append((rev_keys, vals, floor))
     keys = np.unique(np.concatenate([m_keys, *(g[0] for g in got)]))
     rows, labels = keys // n_labels, keys % n_labels
-    n_method = len(METHOD_FEATURES)
-    X = np.empty((len(keys), n_method * len(bases) + n_name + len(TEXT_FEATURES) + 1), np.float64)
-    retrieved_any = np.zeros(len(keys), bool)
-    for b, (k, v, floor, top, rank, unranked) in enumerate(got):
+    X = np.empty((len(keys), len(METHOD_FEATURES) * len(bases) + n_name + 1), np.float64)
+    for b, (k, v, floor) in enumerate(got):
         pos = np.searchsorted(k, keys)
         hit = pos < len(k)
         hit[hit] = k[pos[hit]] == keys[hit]
-        c = n_method * b
-        X[:, c] = floor[rows]
-        X[hit, c] = v[pos[hit]]
-        X[:, c + 1] = hit
-        X[:, c + 2] = unranked[rows]
-        X[hit, c + 2] = rank[pos[hit]]
-        X[:, c + 3] = top[rows] - X[:, c]
-        retrieved_any |= hit
-    name_at = n_method * len(bases)
-    X[:, name_at:name_at + n_name] = 0.0
-    m_pos = np.searchsorted(keys, m_keys)
-    X[m_pos, name_at:name_at + n_name] = m_feats
-    text_at = name_at + n_name
-    X[:, text_at] = np.bincount(m_text, minlength=n_rows).astype(np.float64)[rows]
-    X[:, text_at + 1] = np.bincount(m_text, weights=retrieved_any[m_pos].astype(np.float64),
-                                    minlength=n_rows)[rows]
+        X[:, 2 * b] = floor[rows]
+        X[hit, 2 * b] = v[pos[hit]]
+        X[:, 2 * b + 1] = hit
+    name_cols = slice(2 * len(bases), 2 * len(bases) + n_name)
+    X[:, name_cols] = 0.0
+    X[np.searchsorted(keys, m_keys), name_cols] = m_feats
     X[:, -1] = np.asarray(log_count, np.float64)[labels]
     return CandidateTable(rows.astype(np.int64), labels.astype(np.int64), X)
 
