@@ -197,7 +197,7 @@ DATASET_CASES = {
     "directory_as_file": (_directory_instead, {}, ["tst.raw.txt", "is a directory"]),
     "missing_label_file": (lambda d: (d / "lbl.raw.txt").unlink(), {}, ["no known layout"]),
     "filter_pairs_malformed": (lambda d: (d / "filter_labels_test.txt").write_text("0 1\n2\n"), {},
-                               ["filter_labels_test.txt:2", "expected 'test_row label_id'"]),
+                               ["filter_labels_test.txt:2", "expected 'row label_id'"]),
     "filter_label_out_of_range": (lambda d: (d / "filter_labels_test.txt").write_text("0 99\n"), {},
                                   ["filter_labels_test.txt:1", "out of range"]),
     "sidecar_misaligned": (_uid_sidecar_misaligned, {}, ["trn.jsonl:1", "misaligned"]),

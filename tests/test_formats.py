@@ -243,9 +243,9 @@ MALFORMED = {
     "filter_label_range": (XC_RAW, {"filter_labels_test.txt": "0 1\n1 9\n"},
                            "filter_labels_test.txt:2: label id 9 out of range [0, 4)"),
     "filter_row_range": (XC_RAW, {"filter_labels_test.txt": "2 0\n"},
-                         "filter_labels_test.txt:1: test row 2 out of range [0, 2)"),
+                         "filter_labels_test.txt:1: row 2 out of range [0, 2)"),
     "filter_bad_line": (XC_RAW, {"filter_labels_test.txt": "0 1\n\n1\n"},
-                        "filter_labels_test.txt:3: expected 'test_row label_id'"),
+                        "filter_labels_test.txt:3: expected 'row label_id'"),
     # --- JSON lines
     "json_invalid": (JSONL, {"trn.json": '{"uid": "x0", "title": "a", "target_ind": [0]}\n{bad\n'},
                      "trn.json:2: invalid JSON"),
@@ -396,6 +396,42 @@ def test_save_load_processed_round_trip(tmp_path: Path, xc_dir: Path):
     meta2 = save_processed(ds, tmp_path / "p")
     assert meta2["content_sha256"] == meta["content_sha256"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["p", "xc"]
+
+
+def test_the_carved_validation_split_keeps_the_training_filter_of_its_rows(tmp_path: Path):
+    """``filter_labels_train.txt`` pairs (e.g. an item's own label) follow their rows into the carved validation
+    split: saved as val_filter.npz, loaded with the validation split, and dropped from its ranking before scoring."""
+    from xmc.evaluation import evaluate_split
+    from xmc.predictions import TopK
+
+    d = write_files(tmp_path / "xc", {**XC_RAW, "filter_labels_train.txt": "0 3\n2 1\n"})
+    ds = load_dataset_dir(d, uid_separator="->")
+    assert dense(ds.trn_filter) == [[0, 0, 0, 1], [0, 0, 0, 0], [0, 1, 0, 0]]
+    ds = split_validation(ds, 0.5, seed=0)
+    # document d1 (row 2) or d0 (rows 0, 1) became validation: its rows' pairs moved with it
+    val_rows = [int(u[1]) for u in ds.val.uids]
+    want = [[0, 0, 0, 1], [0, 0, 0, 0], [0, 1, 0, 0]]
+    assert dense(ds.val_filter) == [want[i] for i in val_rows]
+    assert dense(ds.trn_filter) == [want[int(u[1])] for u in ds.trn.uids]
+    save_processed(ds, tmp_path / "p")
+    back = load_processed(tmp_path / "p", splits=("trn", "val"))
+    assert dense(back.val_filter) == dense(ds.val_filter) and back.counts()["val_filter_pairs"] == ds.val_filter.nnz
+    # the hash of what training reads moves with the filter
+    h = back.meta["content_sha256"]
+    (tmp_path / "p" / "val_filter.npz").unlink()
+    assert load_processed(tmp_path / "p", splits=("trn", "val")).meta["content_sha256"] != h
+    # a filtered pair ranked first is dropped: the true label behind it is the first
+    gold = [int(np.flatnonzero(r)[0]) if r.any() else 0 for r in back.val.Y.toarray()]
+    filtered = [int(np.flatnonzero(r)[0]) if r.any() else -1 for r in back.val_filter.toarray()]
+    rows = [i for i, f in enumerate(filtered) if f >= 0]
+    assert rows, "the carved validation split holds a filtered pair"
+    ids = np.array([[f if f >= 0 else g, g, 0] for f, g in zip(filtered, gold)], np.int32)
+    top = TopK(ids, np.tile(np.array([3.0, 2.0, 1.0], np.float32), (len(gold), 1)))
+    params = {"evaluate": {"ks": [1], "recall_ks": [3], "propensity_a": 0.55, "propensity_b": 1.5,
+                           "bootstrap": {"n_resamples": 20}}}
+    m = evaluate_split(top, back, "val", params)["metrics"]
+    has_gold = back.val.Y.getnnz(axis=1) > 0
+    assert m["P@1"] == pytest.approx(100.0 * has_gold.mean(), abs=1e-3)
 
 
 def test_round_trip_unicode_and_partial_groups_without_filter(tmp_path: Path):

@@ -239,7 +239,16 @@ def _fuse_workspace(root, tst_texts, tst_gold, trn_gold, runs):
             D, I = base.topk(texts, 5)   # evaluate.top_k: the predictor searches each base as deep
             TopK(I.astype(np.int32), D.astype(np.float32)).save(ws.predictions(run) / f"{split}_topk.npz")
         (ws.predictions(run) / "timing.json").write_text(json.dumps({"train_seconds": 2.0, "predict_seconds": 0.5}))
+        _evaluate_base(ws, run)
     return ws, uids, ds
+
+
+def _evaluate_base(ws, run):
+    """The base run's evaluation records (its contributions: what the hybrid's by-name-match table compares)."""
+    from xmc.data import load_processed
+    from xmc.evaluation import evaluate_and_write
+
+    evaluate_and_write(ws, run, load_processed(ws.processed), ("val", "tst"), _fuse_params())
 
 
 def test_zero_shot_fusion_does_not_depend_on_the_training_labels(tmp_path):
@@ -643,6 +652,7 @@ def test_a_hybrid_below_its_run_on_validation_keeps_the_runs_ranking(tmp_path, m
     scores = np.array([[5.0, 4.0, 3.0, 2.0, 1.0]] * len(gold), np.float32)
     ids = np.array([g + [c for c in (4, 5, 6, 3, 7) if c not in g][:5 - len(g)] for g in gold], np.int32)
     TopK(ids, scores).save(ws.predictions("base") / "val_topk.npz")
+    _evaluate_base(ws, "base")
     params = _fuse_params(fusion="logistic", keep_base_below_k=1)
     summary = fuse(params, "base_hybrid", ["base"], ws)
     guard = summary["chosen_on_validation"]["against_base"]
@@ -658,24 +668,53 @@ def test_a_hybrid_below_its_run_on_validation_keeps_the_runs_ranking(tmp_path, m
 
 def test_name_match_breakdown_splits_texts_by_a_correct_name_match_and_scores_each_side():
     """Texts whose true label is among their name matches and texts without one, each with the base's and the
-    hybrid's P@1 / P@5 counted by hand, and the paired P@1 difference on each side."""
-    from xmc.metrics.bootstrap import bootstrap_settings
-    from xmc.package.fuse import name_match_breakdown
+    hybrid's P@1 / P@5 counted by hand from the evaluation's own per-instance terms (with its scoring filter), and
+    the paired P@1 difference on each side."""
+    from xmc.metrics.bootstrap import bootstrap_settings, document_codes, instance_contributions
+    from xmc.package.fuse import name_match_breakdown, with_correct_name_match
+    from xmc.predictions import TopK
 
     n_labels = len(WORDNET_STYLE)
     texts = ["there were rivers here", "the rivers ran", "nothing named", "still nothing"]
     gold = [8, 8, 3, 6]
     Y = sp.csr_matrix((np.ones(4), (np.arange(4), gold)), shape=(4, n_labels))
     base = np.array([[3, 8, 1, 2, 4], [1, 2, 3, 4, 5], [3, 1, 2, 4, 5], [6, 1, 2, 4, 5]])
-    fused = np.array([[8, 3, 1, 2, 4], [8, 1, 2, 3, 4], [1, 3, 2, 4, 5], [6, 1, 2, 4, 5]])
+    # text 4's first label is filtered (e.g. the item's own label): the evaluation drops it, so the hybrid's
+    # second label (6, correct) is its first
+    fused = np.array([[8, 3, 1, 2, 4], [8, 1, 2, 3, 4], [1, 3, 2, 4, 5], [7, 6, 1, 2, 4]])
+    filt = sp.csr_matrix(([1.0], ([3], [7])), shape=(4, n_labels))
     ranker = HybridRanker(WORDNET_STYLE, "auto", np.ones(n_labels))
     table = ranker.table(texts, np.tile(np.linspace(1, 0.2, 5), (4, 1)), base)
     assert table.X[table.labels == 8, ranker.features.index("matched")].max() == 1.0   # "rivers" names label 8
+    has = with_correct_name_match(table, ranker.features, Y)
+    assert has.tolist() == [True, True, False, False]
+    docs = document_codes(["d1", "d1", "d2", "d3"], 4)
+
+    def contributions(ids: np.ndarray):
+        top = TopK(ids.astype(np.int32), np.tile(np.linspace(1, 0.2, 5), (4, 1)).astype(np.float32))
+        c = instance_contributions(top, Y, np.ones(n_labels), 4, (1, 5), (5,), 0.55, 1.5, filt)
+        c.groups = docs
+        return c
+
     boot = bootstrap_settings({"evaluate": {"bootstrap": {"n_resamples": 50}}})
-    out = name_match_breakdown(table, ranker.features, Y, base, fused, ["d1", "d1", "d2", "d3"], boot)
+    out = name_match_breakdown(has, contributions(base), contributions(fused), boot)
     w, wo = out["with_correct_name_match"], out["without"]
     assert (w["texts"], wo["texts"]) == (2, 2)
     assert (w["base P@1"], w["hybrid P@1"], w["P@1 diff"]) == (0.0, 100.0, 100.0)
     assert (wo["base P@1"], wo["hybrid P@1"], wo["P@1 diff"]) == (100.0, 50.0, -50.0)
     assert (w["base P@5"], wo["hybrid P@5"]) == (10.0, 20.0)
     assert wo["P@1 diff ci95"][0] <= -50.0 <= wo["P@1 diff ci95"][1]
+    with pytest.raises(ValueError, match="for 3 texts"):
+        name_match_breakdown(has[:3], contributions(base), contributions(fused), boot)
+
+
+def test_the_fusion_is_fit_without_the_filtered_candidates():
+    """A (text, label) pair the split's scoring filter holds is not a candidate of the fusion's table."""
+    from xmc.package.fuse import without_pairs
+
+    table = CandidateTable(np.array([0, 0, 1, 1]), np.array([2, 5, 2, 3]), np.arange(8, dtype=float).reshape(4, 2))
+    pairs = sp.csr_matrix(([1.0, 1.0], ([0, 1], [5, 4])), shape=(2, 6))
+    out = without_pairs(table, pairs)
+    assert out.rows.tolist() == [0, 1, 1] and out.labels.tolist() == [2, 2, 3]
+    assert out.X.tolist() == [[0, 1], [4, 5], [6, 7]]
+    assert without_pairs(table, None) is table

@@ -7,7 +7,7 @@ label frequency with bootstrap intervals (:mod:`xmc.metrics`), written as
 * ``evaluation/<split>/<name>.npz``: the per-instance terms the paired tests resample;
 * ``plots/eval/<name>/{at_k,recall_by_frequency}.json`` (test): the curves of the report's figures.
 
-Only the split's labels, the training label counts and the test filter are read.
+Only the split's labels, the training label counts and the split's scoring filter (if any) are read.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def evaluate_split(pred: TopK, ds: XMCDataset, split: str, params: dict[str, Any
     """{"metrics" (with ``ci95``), "contributions", "curves", "recall_by_frequency"} of ``pred`` on ``split``."""
     ev = params["evaluate"]
     part = ds.split(split)
-    filt = ds.tst_filter if split == "tst" else None
+    filt = ds.scoring_filter(split)
     freq = np.asarray(ds.trn.Y.sum(0)).ravel()
     res = evaluate_topk(pred, part.Y.tocsr(), freq, ds.trn.Y.shape[0], ks=tuple(ev["ks"]),
                         recall_ks=tuple(ev["recall_ks"]), a=float(ev["propensity_a"]), b=float(ev["propensity_b"]),

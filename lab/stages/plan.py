@@ -11,7 +11,7 @@ import json
 
 from lab.config import LAB, load_lab
 from xmc.config import run_entry_point
-from xmc.data.dataset import SPLIT_FILES
+from xmc.data.dataset import FILTER_FILES, SPLIT_FILES
 from xmc.io import atomic_dir
 from xmc.methods.plan import _sha256_tree, code_closure, run_plan
 from xmc.workspace import Workspace
@@ -31,7 +31,7 @@ def main() -> None:
             else:
                 plan = run_plan(product, specs[name], ws, stage=STAGE)
             read = [ws.processed / f for part in ("lbl", "trn", *entry["splits"].split()) for f in SPLIT_FILES[part]]
-            read += [ws.processed / "tst_filter.npz"] if "tst" in entry["splits"] else []
+            read += [ws.processed / FILTER_FILES[p] for p in ("val", *entry["splits"].split()) if p in FILTER_FILES]
             plan.update({"lab": entry, "predict_code": code, "settings_predict": {
                 k: product[k] for k in ("index", "evaluate")},
                 "predict_inputs": {p.as_posix(): _sha256_tree(p) if p.exists() else None for p in read}})

@@ -6,7 +6,9 @@ declare exactly the splits it reads: training stages never depend on a test file
     trn.jsonl  val.jsonl  tst.jsonl        {"uid", "text", "group"} per instance (group: document/session or null)
     lbl.jsonl                              {"uid", "text"} per label; label id = line number
     trn_Y.npz  val_Y.npz  tst_Y.npz        CSR (n_instances x n_labels) binary label matrices
-    tst_filter.npz                         optional CSR of (test row, label) pairs dropped from scoring
+    tst_filter.npz  val_filter.npz         optional CSRs of (row, label) pairs dropped from scoring (the dataset's
+                                           ``filter_labels_test.txt``, and the validation rows of its
+                                           ``filter_labels_train.txt``: e.g. an item's own label)
     columns/<part>/{uid,text,group}.*      the same records as memory-mapped string columns (xmc.data.columns),
                                            written with them; read when their manifest's hash of the record
                                            file matches it (the JSON lines stay the record and the DVC deps)
@@ -42,6 +44,8 @@ SPLITS = ("trn", "val", "tst")
 # files of each part of a processed directory; a stage that loads some splits reads only these
 SPLIT_FILES = {"trn": ("trn.jsonl", "trn_Y.npz"), "val": ("val.jsonl", "val_Y.npz"), "tst": ("tst.jsonl", "tst_Y.npz"),
                "lbl": ("lbl.jsonl",)}
+# the optional scoring filter of a split (not of trn: nothing scores the training split)
+FILTER_FILES = {"val": "val_filter.npz", "tst": "tst_filter.npz"}
 
 
 @dataclass
@@ -70,6 +74,10 @@ class XMCDataset:
 
     A dataset loaded for training holds ``trn`` and ``val`` only (``tst`` is None), so no
     training code can read the test split by accident.
+
+    ``tst_filter``, ``val_filter``: (row, label) pairs of that split dropped from the ranking before scoring;
+    ``trn_filter``: the training rows' pairs as read, before :func:`split_validation` moves the validation rows'
+    into ``val_filter``.
     """
 
     label_uids: Sequence[str]
@@ -79,6 +87,12 @@ class XMCDataset:
     tst_filter: sp.csr_matrix | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     val: Split | None = None
+    val_filter: sp.csr_matrix | None = None
+    trn_filter: sp.csr_matrix | None = None
+
+    def scoring_filter(self, name: str) -> sp.csr_matrix | None:
+        """The pairs of split ``name`` dropped from the ranking before scoring (None: none)."""
+        return {"val": self.val_filter, "tst": self.tst_filter}.get(name)
 
     @property
     def n_labels(self) -> int:
@@ -107,6 +121,7 @@ class XMCDataset:
                 "groups": len({g for g in s.groups}) if s.groups is not None else None,
             }
         out["tst_filter_pairs"] = int(self.tst_filter.nnz) if self.tst_filter is not None else 0
+        out["val_filter_pairs"] = int(self.val_filter.nnz) if self.val_filter is not None else 0
         return out
 
 
@@ -149,8 +164,9 @@ def save_processed(ds: XMCDataset, out_dir: str | Path, side_files: dict[str, Pa
             save_csr(tmp / f"{name}_Y.npz", s.Y.tocsr().astype(np.float32))
         _write_jsonl(tmp / "lbl.jsonl", [{"uid": u, "text": t} for u, t in zip(ds.label_uids, ds.label_texts)])
         _write_columns(tmp, ds)
-        if ds.tst_filter is not None:
-            save_csr(tmp / "tst_filter.npz", ds.tst_filter.tocsr().astype(np.float32))
+        for part, fname in FILTER_FILES.items():
+            if ds.scoring_filter(part) is not None:
+                save_csr(tmp / fname, ds.scoring_filter(part).tocsr().astype(np.float32))
         side = tmp / "label_side"
         side.mkdir()
         for name, src in sorted((side_files or {}).items()):
@@ -270,16 +286,24 @@ def load_processed(in_dir: str | Path, splits: tuple[str, ...] = SPLITS, without
     if "tst" in splits and (in_dir / "meta.json").exists():
         meta = json.loads((in_dir / "meta.json").read_text(encoding="utf-8"))
     meta["splits_loaded"] = list(splits)
-    meta["content_sha256"] = sha256_files([in_dir / f for part in ("lbl", *sorted(splits)) for f in SPLIT_FILES[part]])
-    filt = in_dir / "tst_filter.npz"
+    meta["content_sha256"] = sha256_files([in_dir / f for part in ("lbl", *sorted(splits)) for f in SPLIT_FILES[part]]
+                                          + [in_dir / f for part, f in sorted(FILTER_FILES.items())
+                                             if part in splits and (in_dir / f).exists()])
+    filters = {part: _load_csr(in_dir / f) if (part in splits and (in_dir / f).exists()) else None
+               for part, f in FILTER_FILES.items()}
+    for part, F in filters.items():
+        if F is not None and F.shape != loaded[part].Y.shape:
+            raise DataFormatError(in_dir / FILTER_FILES[part], None,
+                                  f"shape {F.shape} but {part}_Y.npz is {loaded[part].Y.shape}; rerun the ingest stage")
     return XMCDataset(
         label_uids=label_uids,
         label_texts=label_texts,
         trn=loaded["trn"] if "trn" in loaded else Split([], [], sp.csr_matrix((0, len(label_texts)), dtype=np.float32)),
         tst=loaded.get("tst"),
-        tst_filter=_load_csr(filt) if ("tst" in splits and filt.exists()) else None,
+        tst_filter=filters["tst"],
         meta=meta,
         val=loaded.get("val"),
+        val_filter=filters["val"],
     )
 
 
@@ -326,8 +350,12 @@ def split_validation(ds: XMCDataset, fraction: float, seed: int = 0) -> XMCDatas
         return Split([trn.uids[i] for i in idx], [trn.texts[i] for i in idx], trn.Y[idx].tocsr(),
                      [trn.groups[i] for i in idx] if trn.groups is not None else None)
 
+    def take_filter(mask: np.ndarray) -> sp.csr_matrix | None:
+        return ds.trn_filter.tocsr()[np.flatnonzero(mask)].tocsr() if ds.trn_filter is not None else None
+
     meta = dict(ds.meta)
     meta["validation"] = {"source": "carved from trn", "unit": "groups" if names else "rows", "fraction": fraction,
                           "seed": seed, "groups": len({g for g, v in zip(groups, is_val) if v and g is not None}),
                           "instances": int(is_val.sum())}
-    return XMCDataset(ds.label_uids, ds.label_texts, take(~is_val), ds.tst, ds.tst_filter, meta, val=take(is_val))
+    return XMCDataset(ds.label_uids, ds.label_texts, take(~is_val), ds.tst, ds.tst_filter, meta, val=take(is_val),
+                      val_filter=take_filter(is_val), trn_filter=take_filter(~is_val))

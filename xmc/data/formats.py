@@ -6,7 +6,7 @@ Supported (see README "Pointing the pipeline at another dataset"):
   NGAME/Renée names ``trn_X.txt``/``tst_X.txt``/``Y.txt``; one text per line, optionally
   ``uid<sep>text`` with ``uid_separator`` (e.g. ``->``); plus sparse label files
   ``trn_X_Y.txt``/``tst_X_Y.txt`` (header ``n_rows n_labels``, rows ``lid:val ...``),
-  an optional ``filter_labels_test.txt`` (``row label`` pairs dropped from scoring) and an
+  optional ``filter_labels_{train,val,test}.txt`` (``row label`` pairs of that split dropped from scoring) and an
   optional per-row metadata sidecar ``trn.jsonl``/``tst.jsonl`` with ``uid`` and ``doc``.
 * JSON lines: ``trn.json[.gz]``/``tst.json[.gz]``/``lbl.json[.gz]`` with ``uid``,
   ``title``, ``content`` and, for instances, ``target_ind`` (label row numbers).
@@ -101,8 +101,21 @@ def read_sparse_labels(path: str | Path, n_labels: int | None = None) -> sp.csr_
     return Y
 
 
+FILTER_NAMES = {"trn": "filter_labels_train.txt", "val": "filter_labels_val.txt", "tst": "filter_labels_test.txt"}
+
+
+def _scoring_filters(d: Path, splits: dict[str, Split], n_labels: int) -> dict[str, sp.csr_matrix | None]:
+    """Each split's ``filter_labels_<split>.txt`` where the dataset ships one (the training one is carried into the
+    carved validation split's)."""
+    out: dict[str, sp.csr_matrix | None] = {}
+    for name, fname in FILTER_NAMES.items():
+        path, part = d / fname, splits.get(name)
+        out[name] = read_filter_pairs(path, len(part), n_labels) if part is not None and len(part) and path.exists() else None
+    return out
+
+
 def read_filter_pairs(path: str | Path, n_rows: int, n_labels: int) -> sp.csr_matrix:
-    """``filter_labels_test.txt``: whitespace-separated ``test_row label_id`` pairs."""
+    """``filter_labels_<split>.txt``: whitespace-separated ``row label_id`` pairs (rows of that split)."""
     path = Path(path)
     rows, cols = [], []
     for n, line in iter_decoded_lines(path):
@@ -111,10 +124,10 @@ def read_filter_pairs(path: str | Path, n_rows: int, n_labels: int) -> sp.csr_ma
         parts = line.split()
         if len(parts) != 2 or not all(p.lstrip("-").isascii() and p.lstrip("-").isdigit() and len(p) <= 12
                                       for p in parts):
-            raise DataFormatError(path, n, f"expected 'test_row label_id', got {line[:60]!r}")
+            raise DataFormatError(path, n, f"expected 'row label_id', got {line[:60]!r}")
         r, c = int(parts[0]), int(parts[1])
         if not 0 <= r < n_rows:
-            raise DataFormatError(path, n, f"test row {r} out of range [0, {n_rows})")
+            raise DataFormatError(path, n, f"row {r} out of range [0, {n_rows})")
         if not 0 <= c < n_labels:
             raise DataFormatError(path, n, f"label id {c} out of range [0, {n_labels})")
         rows.append(r)
@@ -199,10 +212,10 @@ def load_xc_raw(d: Path, uid_separator: str | None = None) -> XMCDataset:
         splits[name] = Split(uids=uids, texts=texts, Y=Y, groups=groups)
     if "tst" not in splits:
         splits["tst"] = _empty_split(L)
-    filt_path = d / "filter_labels_test.txt"
-    filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() and len(splits["tst"]) else None
-    return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt,
-                      meta={"layout": "xc_raw", "source": str(d)}, val=splits.get("val"))
+    filt = _scoring_filters(d, splits, L)
+    return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt["tst"],
+                      meta={"layout": "xc_raw", "source": str(d)}, val=splits.get("val"), val_filter=filt["val"],
+                      trn_filter=filt["trn"])
 
 
 def _record_text(path: Path, n: int, rec: dict[str, Any], text_fields: list[str]) -> str:
@@ -252,10 +265,10 @@ def load_jsonl(d: Path, text_fields: list[str]) -> XMCDataset:
         splits[name] = Split(uids, texts, Y, None if all(g is None for g in groups) else groups)
     if "tst" not in splits:
         splits["tst"] = _empty_split(L)
-    filt_path = d / "filter_labels_test.txt"
-    filt = read_filter_pairs(filt_path, len(splits["tst"]), L) if filt_path.exists() and len(splits["tst"]) else None
-    return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt,
-                      meta={"layout": "jsonl", "source": str(d), "text_fields": text_fields}, val=splits.get("val"))
+    filt = _scoring_filters(d, splits, L)
+    return XMCDataset(label_uids, label_texts, splits["trn"], splits["tst"], filt["tst"],
+                      meta={"layout": "jsonl", "source": str(d), "text_fields": text_fields}, val=splits.get("val"),
+                      val_filter=filt["val"], trn_filter=filt["trn"])
 
 
 def load_dataset_dir(d: str | Path, layout: str = "auto", uid_separator: str | None = None,

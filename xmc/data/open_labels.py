@@ -84,11 +84,15 @@ def open_label_space(ds: XMCDataset, dataset_dir: str | Path, catalogue: str | P
     L = len(texts)
     log.info("open label space: %d labels of %s + %d more of %s = %d", ds.n_labels, dataset_dir, added, path, L)
     meta = {**ds.meta, "open_labels": {"catalogue": str(path), "dataset_labels": ds.n_labels, "added": added}}
-    filt = None
-    if ds.tst_filter is not None:
-        f = ds.tst_filter.tocsr()
-        filt = sp.csr_matrix((f.data, f.indices, f.indptr), shape=(f.shape[0], L))
-    return XMCDataset(uids, texts, _widen(ds.trn, L), _widen(ds.tst, L), filt, meta, val=_widen(ds.val, L))
+    def widen_filter(f: sp.csr_matrix | None) -> sp.csr_matrix | None:
+        if f is None:
+            return None
+        f = f.tocsr()
+        return sp.csr_matrix((f.data, f.indices, f.indptr), shape=(f.shape[0], L))
+
+    return XMCDataset(uids, texts, _widen(ds.trn, L), _widen(ds.tst, L), widen_filter(ds.tst_filter), meta,
+                      val=_widen(ds.val, L), val_filter=widen_filter(ds.val_filter),
+                      trn_filter=widen_filter(ds.trn_filter))
 
 
 __all__ = ["catalogue_text", "dataset_label_ids", "open_label_space"]

@@ -35,7 +35,7 @@ def subsample_validation(ds: XMCDataset, n_val: int, unit: str = "documents") ->
     10^4 bounds each interval to about a point."""
     if ds.val is None or n_val <= 0:
         return ds
-    val, _ = _take(ds.val, n_val, unit)
+    val, keep = _take(ds.val, n_val, unit)
     meta = dict(ds.meta)
     before = meta.get("validation", {})
     meta["validation"] = {**before, "subsample": {"first": n_val, "unit": unit},
@@ -43,7 +43,9 @@ def subsample_validation(ds: XMCDataset, n_val: int, unit: str = "documents") ->
     if "groups" in before and val.groups is not None:
         meta["validation"].update(groups=len({g for g in val.groups if g is not None}),
                                   groups_before_subsample=before["groups"])
-    return XMCDataset(ds.label_uids, ds.label_texts, ds.trn, ds.tst, ds.tst_filter, meta, val=val)
+    return XMCDataset(ds.label_uids, ds.label_texts, ds.trn, ds.tst, ds.tst_filter, meta, val=val,
+                      val_filter=ds.val_filter[keep].tocsr() if ds.val_filter is not None else None,
+                      trn_filter=ds.trn_filter)
 
 
 def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "documents",
@@ -54,10 +56,12 @@ def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "docum
     instances (ids renumbered in their original order), which keeps encoder-based tests
     small; ``'all'`` keeps every label so zero-shot labels stay in play.
     """
-    trn, _ = _take(ds.trn, n_trn, unit)
-    val = _take(ds.val, n_trn, unit)[0] if ds.val is not None else None  # a shipped validation split
+    trn, trn_keep = _take(ds.trn, n_trn, unit)
+    val, val_keep = _take(ds.val, n_trn, unit) if ds.val is not None else (None, None)  # a shipped validation split
     tst, tst_keep = _take(ds.tst, n_tst, unit)
     filt = ds.tst_filter[tst_keep] if ds.tst_filter is not None else None
+    trn_filt = ds.trn_filter[trn_keep] if ds.trn_filter is not None else None
+    val_filt = ds.val_filter[val_keep] if ds.val_filter is not None else None
     label_uids, label_texts = ds.label_uids, ds.label_texts
     if labels == "used":
         used = np.flatnonzero(np.asarray((trn.Y.sum(0) + tst.Y.sum(0) + (val.Y.sum(0) if val is not None else 0))).ravel() > 0)
@@ -65,6 +69,8 @@ def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "docum
         val = Split(val.uids, val.texts, val.Y[:, used].tocsr(), val.groups) if val is not None else None
         tst = Split(tst.uids, tst.texts, tst.Y[:, used].tocsr(), tst.groups)
         filt = filt[:, used].tocsr() if filt is not None else None
+        trn_filt = trn_filt[:, used].tocsr() if trn_filt is not None else None
+        val_filt = val_filt[:, used].tocsr() if val_filt is not None else None
         label_uids = [label_uids[i] for i in used]
         label_texts = [label_texts[i] for i in used]
     elif labels != "all":
@@ -72,4 +78,6 @@ def subsample(ds: XMCDataset, n_trn: int = 0, n_tst: int = 0, unit: str = "docum
     meta = dict(ds.meta)
     meta["subsample"] = {"trn": n_trn, "tst": n_tst, "unit": unit, "labels": labels}
     return XMCDataset(label_uids, label_texts, trn, tst,
-                      sp.csr_matrix(filt) if filt is not None else None, meta, val=val)
+                      sp.csr_matrix(filt) if filt is not None else None, meta, val=val,
+                      val_filter=sp.csr_matrix(val_filt) if val_filt is not None else None,
+                      trn_filter=sp.csr_matrix(trn_filt) if trn_filt is not None else None)

@@ -16,7 +16,7 @@ from typing import Any
 
 from xmc.config.runs import RunSpec
 from xmc.data import load_processed
-from xmc.data.dataset import SPLIT_FILES
+from xmc.data.dataset import FILTER_FILES, SPLIT_FILES
 from xmc.io import atomic_dir
 from xmc.machine import describe_machine, set_threads
 from xmc.methods import get_method
@@ -38,6 +38,7 @@ def training_inputs(method: Method, config: dict[str, Any], ws: Workspace) -> li
     splits = method.splits_read(config)
     parts = ("lbl", *splits) if splits else ()
     out = [ws.processed / f for part in parts for f in SPLIT_FILES[part]]
+    out += [ws.processed / FILTER_FILES[p] for p in parts if p in FILTER_FILES and (ws.processed / FILTER_FILES[p]).is_file()]
     feature_dirs = {"tfidf": ws.tfidf, "graph": ws.anchor_sets, "maclr_pairs": ws.maclr_pairs}
     out += [feature_dirs[f] for f in method.features]
     if method.features == ("graph",):

@@ -90,6 +90,15 @@ class InstanceContributions:
         member = sp.csr_matrix((np.ones(self.n), (self.groups, np.arange(self.n))), shape=(n_docs, self.n))
         return np.asarray((member @ self.num.T).T), np.asarray((member @ self.den.T).T), "documents"
 
+    def subset(self, rows: np.ndarray) -> InstanceContributions:
+        """The contributions of instances ``rows`` only, their documents re-coded 0..d-1 (a bootstrap over a
+        subset resamples the documents it holds)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        groups = None
+        if self.groups is not None:
+            _, groups = np.unique(self.groups[rows], return_inverse=True)
+        return InstanceContributions(list(self.names), self.num[:, rows], self.den[:, rows], groups)
+
     def save(self, path: str | Path) -> None:
         """Byte-identical npz for identical contributions (DVC hashes it); no pickled objects."""
         extra = {} if self.groups is None else {"groups": self.groups}

@@ -143,8 +143,9 @@ def _shortlist_or_index(cls: type[Predictor], source: Path, out: Path, ds: XMCDa
         Y_val = ds.val.Y.tocsr()
 
         def contributions(D: np.ndarray, I: np.ndarray, rows: Any = slice(None)) -> Any:
+            filt = ds.val_filter[rows] if ds.val_filter is not None else None
             c = instance_contributions(TopK(I.astype(np.int32), D.astype(np.float32)), Y_val[rows], freq,
-                                       ds.trn.Y.shape[0], recall_ks=(min(10, k), min(100, k)))
+                                       ds.trn.Y.shape[0], recall_ks=(min(10, k), min(100, k)), filt=filt)
             groups = ds.val.groups
             if groups is not None:   # the documents of the rows compared (all of them, or a sample)
                 groups = list(groups) if isinstance(rows, slice) else [groups[int(i)] for i in np.asarray(rows)]

@@ -28,8 +28,7 @@ from xmc.package.build import PREDICTED_SPLITS, dataset_record
 from xmc.cards import training_record
 from xmc.package.package import finish_package
 from xmc.package.predictors import HybridPredictor
-from xmc.metrics import hit_matrix
-from xmc.metrics.bootstrap import InstanceContributions, bootstrap_settings, document_codes, paired_bootstrap
+from xmc.metrics.bootstrap import InstanceContributions, bootstrap_settings, paired_bootstrap
 from xmc.predictions import TopK
 from xmc.workspace import Workspace
 
@@ -75,27 +74,42 @@ def cross_fitted_scores(table: Any, folds: np.ndarray, fit: Any) -> tuple[np.nda
     return cross, infos
 
 
-def name_match_breakdown(table: CandidateTable, features: tuple[str, ...], gold: Any, base: np.ndarray,
-                         fused: np.ndarray, groups: list[Any] | None, boot: dict[str, Any]) -> dict[str, Any]:
-    """P@1 and P@5 of the base run (``base``: its top-k ids) and the hybrid (``fused``) on the texts with a correct
-    label among their name matches and on those without, and the hybrid − base P@1 on each with a paired
-    document-resampled interval: a fusion must not buy its gain on the first group with a loss on the second."""
+def with_correct_name_match(table: CandidateTable, features: tuple[str, ...], gold: Any) -> np.ndarray:
+    """(n_texts,) bool: the texts with one of their true labels among their name matches."""
     gold = gold.tocsr()
-    n = gold.shape[0]
     matched = table.X[:, features.index("matched")] > 0
     correct = matched & (np.asarray(gold[table.rows, table.labels]).ravel() > 0)
-    has = np.zeros(n, bool)
+    has = np.zeros(gold.shape[0], bool)
     has[table.rows[correct]] = True
+    return has
+
+
+def without_pairs(table: CandidateTable, pairs: Any) -> CandidateTable:
+    """``table`` without the candidates (text, label) that ``pairs`` (a CSR, e.g. the split's scoring filter) holds:
+    the evaluation drops them from the ranking, so the fusion is fit without them."""
+    if pairs is None or pairs.nnz == 0:
+        return table
+    pairs = pairs.tocsr()
+    n_labels = pairs.shape[1]
+    drop_keys = np.repeat(np.arange(pairs.shape[0], dtype=np.int64), np.diff(pairs.indptr)) * n_labels + pairs.indices
+    keep = ~np.isin(table.rows.astype(np.int64) * n_labels + table.labels, drop_keys)
+    return CandidateTable(table.rows[keep], table.labels[keep], table.X[keep])
+
+
+def name_match_breakdown(has_match: np.ndarray, base: InstanceContributions, hybrid: InstanceContributions,
+                         boot: dict[str, Any]) -> dict[str, Any]:
+    """P@1 and P@5 of the base run and the hybrid (their evaluation's per-instance contributions on one split) on
+    the texts with a correct label among their name matches (``has_match``) and on those without, and the hybrid −
+    base P@1 on each with a paired document-resampled interval: a fusion must not buy its gain on the first group
+    with a loss on the second."""
+    if not base.n == hybrid.n == len(has_match):
+        raise ValueError(f"contributions of {base.n} and {hybrid.n} instances for {len(has_match)} texts")
     out: dict[str, Any] = {}
-    for part, rows in (("with_correct_name_match", np.flatnonzero(has)), ("without", np.flatnonzero(~has))):
+    for part, rows in (("with_correct_name_match", np.flatnonzero(has_match)), ("without", np.flatnonzero(~has_match))):
         if not len(rows):
             out[part] = {"texts": 0}
             continue
-        Y = gold[rows]
-        hits = {who: hit_matrix(np.asarray(I)[rows], Y) for who, I in (("base", base), ("hybrid", fused))}
-        docs = document_codes([groups[i] for i in rows] if groups else None, len(rows))
-        contrib = {who: InstanceContributions(["P@1", "P@5"], np.vstack([h[:, :1].sum(1), h[:, :5].sum(1) / 5]),
-                                              np.ones((2, len(rows))), docs) for who, h in hits.items()}
+        contrib = {"base": base.subset(rows), "hybrid": hybrid.subset(rows)}
         test = paired_bootstrap(contrib["hybrid"], contrib["base"], "P@1", boot["n_resamples"], boot["seed"],
                                 boot["level"], boot["unit"])
         vals = {who: c.values() for who, c in contrib.items()}
@@ -137,7 +151,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     t0 = time.perf_counter()
     ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"],
                           cased_names=names_cfg["cased_names"], members=bases if ensemble else None)
-    table = ranker.table_many(ds.val.texts, base_topk("val"))
+    table = without_pairs(ranker.table_many(ds.val.texts, base_topk("val")), ds.val_filter)
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
     chosen: dict[str, Any] = {}
 
@@ -179,16 +193,8 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
         D, I = top_k(tables["tst"], ranker.weights.score(tables["tst"].X), len(ds.tst), k)   # = ranker.rank_many
         rank_seconds = time.perf_counter() - t0
         predictions["tst"] = TopK(I.astype(np.int32), D)
-    by_name_match = {}
-    if not ensemble:
-        boot = bootstrap_settings(params)
-        for split, t in tables.items():
-            sp_ = getattr(ds, split)
-            by_name_match[split] = name_match_breakdown(t, ranker.features, sp_.Y, base_topk(split)[0][1],
-                                                        predictions[split].indices, sp_.groups, boot)
-            log.info("%s on %s texts with / without a correct name match: %s", name, split,
-                     "; ".join(f"{v['texts']} texts, P@1 {v.get('base P@1')} -> {v.get('hybrid P@1')}"
-                               for v in by_name_match[split].values()))
+    has_match = {} if ensemble else {split: with_correct_name_match(t, ranker.features, ds.split(split).Y)
+                                     for split, t in tables.items()}
     timings = [read_json(base_ws.predictions(b) / "timing.json") if (base_ws.predictions(b) / "timing.json").is_file()
                else {} for b in bases]
     # a hybrid costs what its bases cost together, plus the fusion
@@ -205,10 +211,19 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
         top.save(ws.predictions(name) / f"{split}_topk.npz")
     write_json(ws.predictions(name) / "timing.json", summary)
     metrics = {}
+    boot = bootstrap_settings(params)
     for split, top in predictions.items():
         result = evaluate_split(top, ds, split, params)
-        if split in by_name_match:
-            result["metrics"]["by_name_match"] = by_name_match[split]
+        if split in has_match:
+            base_path = base_ws.contributions(bases[0], split)
+            if not base_path.is_file():
+                raise ConfigError(f"{base_path}: missing (run the package stage of {bases[0]})")
+            b = name_match_breakdown(has_match[split], InstanceContributions.load(base_path),
+                                     result["contributions"], boot)
+            result["metrics"]["by_name_match"] = b
+            log.info("%s on %s texts with / without a correct name match: %s", name, split,
+                     "; ".join(f"{v['texts']} texts, P@1 {v.get('base P@1')} -> {v.get('hybrid P@1')}"
+                               for v in b.values()))
         metrics[split] = write_evaluation(ws, name, split, result, params, summary)
     d = summary["fusion"]
     log.info("fused %s with label names into %s: %.1f candidates per text, %s fusion %s", " + ".join(bases), name,
@@ -230,4 +245,5 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     return summary
 
 
-__all__ = ["cross_fitted_scores", "fit_supervised_fusion", "fuse", "name_match_breakdown", "validation_folds"]
+__all__ = ["cross_fitted_scores", "fit_supervised_fusion", "fuse", "name_match_breakdown", "validation_folds",
+           "with_correct_name_match", "without_pairs"]

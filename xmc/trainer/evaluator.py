@@ -28,8 +28,9 @@ class RetrievalEvaluator:
     primary_metric = "P@1"
 
     def __init__(self, texts: list[str], Y: sp.csr_matrix, train_label_freq: np.ndarray, n_train: int,
-                 k: int = 100, a: float = 0.55, b: float = 1.5) -> None:
+                 k: int = 100, a: float = 0.55, b: float = 1.5, filt: sp.csr_matrix | None = None) -> None:
         self.texts, self.Y, self.freq, self.n_train, self.k, self.a, self.b = texts, Y, train_label_freq, n_train, k, a, b
+        self.filt = filt   # the split's scoring filter: pairs dropped from the ranking, as the evaluation drops them
 
     @classmethod
     def monitoring(cls, ds: Any, train_cfg: dict[str, Any], eval_params: dict[str, Any] | None
@@ -48,10 +49,12 @@ class RetrievalEvaluator:
             return None, 0
         n_val = train_cfg["val_max_instances"] or len(ds.val)
         freq = np.asarray(ds.trn.Y.sum(0)).ravel()
+        filt = ds.val_filter[:n_val] if getattr(ds, "val_filter", None) is not None else None
         return cls(ds.val.texts[:n_val], ds.val.Y[:n_val], freq, len(ds.trn),
-                   a=ev["propensity_a"], b=ev["propensity_b"]), every
+                   a=ev["propensity_a"], b=ev["propensity_b"], filt=filt), every
 
     def __call__(self, model: Any) -> dict[str, float]:
         pred = predict_topk(model, self.texts, self.k)
-        m = evaluate_topk(pred, self.Y, self.freq, self.n_train, recall_ks=(10, self.k), a=self.a, b=self.b)["metrics"]
+        m = evaluate_topk(pred, self.Y, self.freq, self.n_train, recall_ks=(10, self.k), a=self.a, b=self.b,
+                          filt=self.filt)["metrics"]
         return {k: float(v) for k, v in m.items() if k[0] in "PnRu"}
