@@ -57,16 +57,18 @@ setup:
 	@$(MAKE) --no-print-directory .dvc/config.local
 
 # The product pipeline (dvc.yaml): data, validation, features, one run of every method and peer, their packages,
-# hybrids and the comparison report. DATASET=debian-relations (a folder, or a name under DATASETS_ROOT) first sets
-# data.dataset_dir in params.yaml; the report keeps a table per dataset run here.
+# hybrids and the comparison report, all under results/<data.name>/. DATASET=debian-relations (a folder, or a name
+# under DATASETS_ROOT) first sets data.dataset_dir and data.name in params.yaml; each dataset keeps its own folder.
 DATASETS_ROOT ?= ../shared/datasets
+# the current dataset's outputs (params.yaml data.name), read when a recipe runs
+RESULTS = results/$$($(BIN)/python -m xmc.config.use_dataset --show-name)
 run: setup
 	@if [ -n "$(DATASET)" ]; then $(BIN)/python -m xmc.config.use_dataset "$(DATASET)" --root "$(DATASETS_ROOT)"; fi
 	$(BIN)/dvc repro
 	@echo
-	@cat reports/comparison.md
-	@echo "Validation report: reports/validation/report.html   Comparison: reports/comparison.html"
-	@echo "Model packages: packages/<name>/  (xmc info astra; xmc predict astra --input texts.txt; xmc serve astra)"
+	@cat $(RESULTS)/reports/comparison.md
+	@echo "Validation report: $(RESULTS)/reports/validation/report.html   Comparison: $(RESULTS)/reports/comparison.html"
+	@echo "Model packages: $(RESULTS)/packages/<name>/  (xmc info astra; xmc predict astra --input texts.txt; xmc serve astra)"
 
 # The model packages to and from the DVC remote (default: ../xmc-dvc-remote; see README "Registry"):
 # after `make pull` a fresh clone predicts without training.
@@ -82,31 +84,33 @@ serve: setup
 	$(BIN)/xmc serve $(MODEL)
 
 # The lab (lab/dvc.yaml, lab/params.yaml): selection candidates, the papers' ablations, other training seeds and the
-# rows the product dropped, each trained and evaluated on the product's data, and their reports in lab/reports/
-# (hours on 2 cores; it reads the product's outputs, so it runs `make run`'s stages first where they are missing).
+# rows the product dropped, each trained and evaluated on the product's data, and their reports in
+# lab/results/<data.name>/reports/ (hours on 2 cores; it reads the product's outputs, so it runs `make run`'s stages
+# first where they are missing).
+LAB_REPORTS = lab/$(RESULTS)/reports
 lab: setup
 	$(BIN)/dvc repro lab/dvc.yaml
 	@echo
-	@cat lab/reports/selection.md | head -40
-	@echo "Reports: lab/reports/selection.md, lab/reports/ablations.md, lab/reports/seeds.md"
+	@cat $(LAB_REPORTS)/selection.md | head -40
+	@echo "Reports: $(LAB_REPORTS)/selection.md, ablations.md, seeds.md"
 
-# Every hand-picked setting decided on the validation split -> lab/reports/selection.{md,html,json}
+# Every hand-picked setting decided on the validation split -> lab/results/<data.name>/reports/selection.{md,html,json}
 select: setup
 	$(BIN)/dvc repro lab/dvc.yaml:selection
 	@echo
-	@cat lab/reports/selection.md
+	@cat $(LAB_REPORTS)/selection.md
 
-# The papers' ablations, each against its control, and the rows the product dropped -> lab/reports/ablations.*
+# The papers' ablations, each against its control, and the rows the product dropped -> .../reports/ablations.*
 ablations: setup
 	$(BIN)/dvc repro lab/dvc.yaml:report_ablations
 	@echo
-	@cat lab/reports/ablations.md
+	@cat $(LAB_REPORTS)/ablations.md
 
-# Seed variation of the bag-of-words methods -> lab/reports/seeds.md
+# Seed variation of the bag-of-words methods -> .../reports/seeds.md
 seeds: setup
 	$(BIN)/dvc repro lab/dvc.yaml:report_seeds
 	@echo
-	@cat lab/reports/seeds.md
+	@cat $(LAB_REPORTS)/seeds.md
 
 # test files run on TEST_WORKERS processes (pytest-xdist; a file's tests stay together, they share fixtures),
 # in tests/conftest.py's order: the slowest files first (--no-loadscope-reorder keeps that order)
@@ -121,4 +125,4 @@ scale-bench: setup
 	$(BIN)/python -m lab.bench.scale --sizes $(SIZES)
 
 report: setup
-	@cat reports/comparison.md
+	@cat $(RESULTS)/reports/comparison.md

@@ -1,10 +1,10 @@
 """Batch-prediction flow: a model package and a file of texts -> top-k labels with scores as JSON lines.
 
 The model is a registry name (default params ``registry.serve``, the package holding ``prod``) or a package
-folder under the repository's ``packages/``: ``astra`` is the workspace package ``packages/astra/``,
-``astra#prod`` / ``astra@v1.2.0`` a registered version (fetched into the package cache), ``packages/astra`` a
-folder. A name is never taken as a path: whatever it resolves to must be a package under ``packages/`` or a
-registered version. Prediction streams its input through the same predictor as ``xmc predict`` and the
+folder under the repository's ``results/<dataset>/packages/``: ``astra`` is the current dataset's workspace package
+``results/<data.name>/packages/astra/``, ``astra#prod`` / ``astra@v1.2.0`` a registered version (fetched into the
+package cache), ``results/semcor-wn30/packages/astra`` a folder. A name is never taken as a path: whatever it
+resolves to must be a package under ``results/<dataset>/packages/`` or a registered version. Prediction streams its input through the same predictor as ``xmc predict`` and the
 service. Input and output paths must lie under the repository's ``orchestration.allowed_paths``; a bad input
 file is a deterministic error and is not retried.
 """
@@ -32,20 +32,31 @@ def _retry_unless_bad_input(task, task_run, state) -> bool:
 
 
 def model_folder(spec: str, repo: Path) -> Path:
-    """The package folder ``spec`` names, confined: a folder (``packages/astra``) must lie under the repository's
-    ``packages/``; a bare name resolves there only (never to a folder of the worker's working directory); a
-    version or stage is fetched from the registry into the package cache."""
-    from xmc.package.registry import PACKAGES_DIR, resolve
+    """The package folder ``spec`` names, confined: a folder (``results/semcor-wn30/packages/astra``) must lie under
+    one of the repository's ``results/<dataset>/packages/``; a bare name resolves to the current dataset's (params.yaml
+    ``data.name``) only, never to a folder of the worker's working directory; a version or stage is fetched from the
+    registry into the package cache."""
+    from xmc.package.registry import resolve
+    from xmc.workspace import RESULTS
 
-    packages = (repo / PACKAGES_DIR).resolve()
+    results = (repo / RESULTS).resolve()
+
+    def confined(path: Path) -> bool:
+        path = path.resolve()
+        if not path.is_relative_to(results):
+            return False
+        parts = path.relative_to(results).parts
+        return len(parts) >= 3 and parts[1] == "packages"
+
+    where = f"{results}/<dataset>/packages/"
     if "/" in spec or spec.startswith("."):
         path = (repo / spec).resolve()
-        if not path.is_relative_to(packages):
-            raise ParameterRefused(f"model {spec!r}: a package folder must be under {packages}")
+        if not confined(path):
+            raise ParameterRefused(f"model {spec!r}: a package folder must be under {where}")
         return path
     path = resolve(spec, repo, paths=False)
-    if "#" not in spec and "@" not in spec and not path.resolve().is_relative_to(packages):
-        raise ParameterRefused(f"model {spec!r} resolves to {path}, outside {packages}")
+    if "#" not in spec and "@" not in spec and not confined(path):
+        raise ParameterRefused(f"model {spec!r} resolves to {path}, outside {where}")
     return path
 
 

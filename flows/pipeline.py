@@ -21,6 +21,7 @@ from flows.dvc_tasks import run_dvc_stage, stage_order
 from flows.guard import confine_name, confine_repo, repo_lock
 from xmc.config import load_params, set_offline_env
 from xmc.io import stage_from_address
+from xmc.workspace import product_workspace
 
 # the stages that train or encode with a neural encoder; the others (features, fusion, the linear peer, the
 # report) run on the CPU worker
@@ -101,11 +102,12 @@ def stage_timeout(orch: dict[str, Any], stage: str) -> float:
 
 
 def publish_artifacts(repo: Path) -> None:
-    report = repo / "reports" / "comparison.md"
+    ws = product_workspace(load_params(repo / "params.yaml"), repo)
+    report = ws.reports / "comparison.md"
     if report.exists():
         create_markdown_artifact(key="xmc-comparison", markdown=report.read_text(encoding="utf-8"),
                                  description="Every run and hybrid: metrics with intervals, training and prediction seconds")
-    validation = repo / "reports" / "validation" / "report.html"
+    validation = ws.validation_reports / "report.html"
     if validation.exists():
         create_link_artifact(key="xmc-data-validation", link=validation.as_uri(), link_text="Data-validation report")
 

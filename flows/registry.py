@@ -20,9 +20,11 @@ from prefect.artifacts import create_markdown_artifact
 from flows.dvc_tasks import _dvc, _env, package_stage
 from flows.guard import ParameterRefused, confine_name, confine_repo
 from xmc.config import load_params, set_offline_env
+from xmc.workspace import product_workspace
 
-# what the commit of a run keeps in git (the rest is in the DVC cache and remote, found through dvc.lock)
-RESULT_PATHS = ("dvc.lock", "metrics", "metrics_val", "reports", "plots/eval")
+# what the commit of a run keeps in git, under results/<data.name>/ (the rest is in the DVC cache and remote, found
+# through dvc.lock)
+RESULT_PATHS = ("dataset.json", "metrics", "metrics_val", "reports", "plots/eval")
 
 
 def _git(repo: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -45,7 +47,9 @@ def keep_results(repo_dir: str, artifacts: list[str], commit: bool = True) -> st
     logger.info("pushed %s to the DVC remote", ", ".join(targets))
     if not commit:
         return None
-    _git(repo, "add", "--", *[x for x in RESULT_PATHS if (repo / x).exists()])
+    root = product_workspace(params, ".").root
+    kept = ["dvc.lock", *[(root / x).as_posix() for x in RESULT_PATHS]]
+    _git(repo, "add", "--", *[x for x in kept if (repo / x).exists()])
     if _git(repo, "diff", "--cached", "--quiet", check=False).returncode == 0:
         logger.info("no new results to commit")
         return None

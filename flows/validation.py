@@ -12,6 +12,7 @@ from flows.guard import confine_repo, repo_lock
 from flows.pipeline import stage_timeout
 from xmc.config import load_params
 from xmc.logs import kv
+from xmc.workspace import product_workspace
 
 
 @flow(name="xmc-data-validation", log_prints=True)
@@ -22,8 +23,9 @@ def xmc_data_validation(repo_dir: str = ".") -> dict:
     with repo_lock(repo, orch["concurrency_limit_name"], orch["concurrency_wait_seconds"]):
         for stage in stage_order(repo, ["validate"]):
             run_dvc_stage.with_options(retries=0)(stage, str(repo), timeout_seconds=stage_timeout(orch, stage))
-    summary = json.loads((repo / "reports/validation/summary.json").read_text())
-    create_link_artifact(key="xmc-data-validation", link=(repo / "reports/validation/report.html").as_uri(),
+    reports = product_workspace(load_params(repo / "params.yaml"), repo).validation_reports
+    summary = json.loads((reports / "summary.json").read_text())
+    create_link_artifact(key="xmc-data-validation", link=(reports / "report.html").as_uri(),
                          link_text="Data-validation report")
     create_table_artifact(key="xmc-validation-checks", table=[
         {"table": c["table"], "check": c["description"], "severity": c["severity"], "passed": c["success"]}

@@ -1,29 +1,41 @@
-"""Where a prediction's results are: the product's (metrics/, metrics_val/, evaluation/ at the repository root) or
-a lab run's (lab/runs/<run>/, the same layout). The lab's reports and the selection look every name up here."""
+"""Where a prediction's results are, for the product's dataset (params.yaml ``data.name``): the product's
+(results/<name>/: metrics/, metrics_val/, evaluation/) or a lab run's (lab/results/<name>/runs/<run>/, the same
+layout). The lab's reports and the selection look every name up here."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from lab.config import LAB
-from xmc.workspace import Workspace
+from xmc.config import load_params
+from xmc.workspace import Workspace, product_workspace, results_name
 
-PRODUCT = Workspace(Path("."))
+
+def product() -> Workspace:
+    """The product's workspace of the dataset params.yaml names (what the lab reads)."""
+    return product_workspace(load_params())
+
+
+def lab_root() -> Path:
+    """The lab's outputs of that dataset: lab/results/<data.name>/ (plans, runs, checkpoints, reports)."""
+    return LAB / "results" / results_name(load_params()["data"])
 
 
 def lab_workspace(name: str) -> Workspace:
-    """Where a lab run's results go (lab/runs/<run>/), reading the product's data (repository root)."""
-    return Workspace(LAB / "runs" / name, data_root=Path("."), checkpoint_root=LAB / "checkpoints")
+    """Where a lab run's results go (lab/results/<data.name>/runs/<run>/), reading the product's data and features
+    of the same dataset."""
+    root = lab_root()
+    return Workspace(root / "runs" / name, data_root=product().root, checkpoint_root=root / "checkpoints")
 
 
 def lab_workspaces() -> list[Workspace]:
-    runs = LAB / "runs"
-    return [Workspace(d, data_root=Path(".")) for d in sorted(runs.iterdir()) if d.is_dir()] if runs.is_dir() else []
+    runs, data = lab_root() / "runs", product().root
+    return [Workspace(d, data_root=data) for d in sorted(runs.iterdir()) if d.is_dir()] if runs.is_dir() else []
 
 
 def workspace_of(name: str, split: str = "val") -> Workspace | None:
     """The workspace holding ``name``'s metrics on ``split`` (the product's first), or None."""
-    for ws in (PRODUCT, *lab_workspaces()):
+    for ws in (product(), *lab_workspaces()):
         if ws.metrics(name, split).is_file():
             return ws
     return None
@@ -47,4 +59,5 @@ def contribution_files(names: list[str], split: str) -> dict[str, Path]:
     return out
 
 
-__all__ = ["PRODUCT", "contribution_files", "lab_workspace", "lab_workspaces", "metrics_files", "workspace_of"]
+__all__ = ["contribution_files", "lab_root", "lab_workspace", "lab_workspaces", "metrics_files", "product",
+           "workspace_of"]

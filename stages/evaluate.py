@@ -15,13 +15,13 @@ from xmc.errors import ConfigError
 from xmc.evaluation import evaluate_and_write
 from xmc.io import read_json
 from xmc.predictions import run_and_splits
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
     name, splits = run_and_splits(sys.argv[1:], "python -m stages.evaluate <name> [val] [tst]")
     params = load_params()
-    ws = Workspace()
+    ws = product_workspace(params)
     timing_file = ws.predictions(name) / "timing.json"
     for split in splits:
         if not (ws.predictions(name) / f"{split}_topk.npz").is_file():

@@ -13,7 +13,7 @@ from xmc.config import load_params, run_entry_point
 from xmc.errors import ConfigError
 from xmc.machine import set_threads
 from xmc.package.fuse import fuse
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     if args[0] not in hybrids:
         raise ConfigError(f"params.yaml: {args[0]!r} is not under hybrids (have: {', '.join(hybrids)})")
     h = hybrids[args[0]]
-    fuse(params, args[0], [h["base"]], Workspace(), zero_shot=h["fusion"] == "zero_shot")
+    fuse(params, args[0], [h["base"]], product_workspace(params), zero_shot=h["fusion"] == "zero_shot")
 
 
 if __name__ == "__main__":

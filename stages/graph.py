@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
 from xmc.features.graph import build_graph
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
-    build_graph(load_params(), Workspace())
+    params = load_params()
+    build_graph(params, product_workspace(params))
 
 
 if __name__ == "__main__":

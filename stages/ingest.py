@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
 from xmc.features.ingest import ingest
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
-    ingest(load_params()["data"], Workspace())
+    params = load_params()
+    ingest(params["data"], product_workspace(params))
 
 
 if __name__ == "__main__":

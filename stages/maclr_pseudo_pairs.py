@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
 from xmc.features.maclr_pairs import build_maclr_pairs
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
-    build_maclr_pairs(load_params(), Workspace())
+    params = load_params()
+    build_maclr_pairs(params, product_workspace(params))
 
 
 if __name__ == "__main__":

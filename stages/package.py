@@ -16,7 +16,7 @@ from xmc.encoders.cache import configure_from_params
 from xmc.errors import ConfigError
 from xmc.machine import set_threads
 from xmc.package.build import package_run
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     run = resolve_run(params, sys.argv[1])
     configure_from_params(params)
     set_threads()
-    package_run(params, run.name, Workspace(), run_params=run.config)
+    package_run(params, run.name, product_workspace(params), run_params=run.config)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from xmc.config import load_params, run_entry_point
 from xmc.config.runs import resolve_runs
 from xmc.io import atomic_dir
 from xmc.methods.plan import run_plan
-from xmc.workspace import Workspace
+from xmc.workspace import Workspace, product_workspace
 
 
 def write_plans(params: dict, entries: dict, ws: Workspace, out: Path, known: dict | None = None) -> None:
@@ -27,7 +27,8 @@ def write_plans(params: dict, entries: dict, ws: Workspace, out: Path, known: di
 
 def main() -> None:
     params = load_params()
-    write_plans(params, params["runs"], Workspace(), Path("plans"))
+    ws = product_workspace(params)
+    write_plans(params, params["runs"], ws, ws.root / "plans")
 
 
 if __name__ == "__main__":

@@ -1,18 +1,18 @@
-"""Report: every run, the linear peer and the hybrids of params.yaml -> reports/comparison.{md,html},
-reports/paired.json, reports/plots.html and reports/figures/ (xmc.report).
+"""Report: every run, the linear peer and the hybrids of params.yaml on one dataset ->
+results/<data.name>/reports/comparison.{md,html}, paired.json, plots.html, figures/ and record.json (the rows and
+tests as data) (xmc.report).
 
-A table per dataset: each run records its dataset's rows and tests in reports/datasets/<dataset>.json, which the
-pipeline keeps across runs (a persistent output), so after ``make run DATASET=debian-relations`` and ``make run``
-the comparison shows the current dataset first and each other dataset's last run in this workspace after it.
+A report is of one dataset: it reads only results/<data.name>/, and refuses a row evaluated on other test
+instances than the rest (a stale file of another run). Each dataset's report stays in its own folder.
 
 Each metric cell carries its 95 % bootstrap interval (``ci95`` of metrics/<name>.json); params ``report.paired``
-([[a, b], ...]) adds paired bootstrap tests on the test contributions (evaluation/tst/<name>.npz).
+([[a, b], ...]) adds paired bootstrap tests on the test contributions (evaluation/tst/<name>.npz), both under
+results/<data.name>/.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,12 @@ from xmc.io import atomic_file, read_json_file, write_json
 from xmc.metrics.bootstrap import bootstrap_settings
 from xmc.report import (comparison_rows, paired_comparisons, render_figures, render_html, render_markdown,
                         render_plots_page, supervision)
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
     params = load_params()
-    ws = Workspace()
+    ws = product_workspace(params)
     rep: dict[str, Any] = params["report"]
     boot = bootstrap_settings(params)
     alpha = rep["alpha"]
@@ -56,15 +56,11 @@ def main() -> None:
     images = [f"figures/{i['file']}" for i in page["curves"]]
     kw: dict[str, Any] = {"bootstrap": boot, "paired": paired, "alpha": alpha, "skipped": skipped}
     write_json(out / "paired.json", paired)
-    others = other_datasets(out / "datasets", name)
-    write_json(out / "datasets" / f"{name}.json", dataset_record(params, counts, name, rows, paired, skipped, boot))
+    write_json(out / "record.json", dataset_record(params, counts, name, rows, paired, skipped, boot))
     with atomic_file(out / "comparison.md") as fh:
         fh.write(render_markdown(rows, title, **kw))
-        for o in others:
-            fh.write("\n" + render_markdown(o["rows"], o["title"], bootstrap=o.get("bootstrap"), paired=o.get("paired"),
-                                            alpha=alpha, skipped=o.get("skipped")))
     with atomic_file(out / "comparison.html") as fh:
-        fh.write(render_html(rows, title, images, plots_page="plots.html", others=others, **kw))
+        fh.write(render_html(rows, title, images, plots_page="plots.html", **kw))
     with atomic_file(out / "plots.html") as fh:
         fh.write(render_plots_page(page, f"Figures: {title}"))
 
@@ -105,23 +101,10 @@ def labelled_pairs_used(params: dict[str, Any], plans: Path, dataset: str) -> di
 
 def dataset_record(params: dict[str, Any], counts: dict[str, Any], name: str, rows: list[dict[str, Any]],
                    paired: list[dict[str, Any]], skipped: list[str], boot: dict[str, Any]) -> dict[str, Any]:
-    """What the comparison of a later run on another dataset shows of this one (``counts``: the data's sizes)."""
+    """The report as data (``counts``: the data's sizes): what the README's tables are rendered from."""
     return {"dataset": name, "dataset_dir": params["data"]["dataset_dir"], "counts": counts,
             "written": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "rows": rows, "paired": paired, "skipped": skipped, "bootstrap": boot}
-
-
-def other_datasets(records: Path, current: str) -> list[dict[str, Any]]:
-    """The other datasets' records of earlier runs in this workspace, each with the title of its table."""
-    out = []
-    for path in sorted(records.glob("*.json")) if records.is_dir() else []:
-        rec = json.loads(path.read_text(encoding="utf-8"))
-        if rec.get("dataset") == current:
-            continue
-        rec["title"] = (f"XMC comparison on {rec['dataset']} (test split; the last run on it here, "
-                        f"{rec['written']}, data.dataset_dir: {rec['dataset_dir']})")
-        out.append(rec)
-    return out
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
 from xmc.features.tfidf import build_tfidf
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
-    build_tfidf(load_params(), Workspace())
+    params = load_params()
+    build_tfidf(params, product_workspace(params))
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from xmc.encoders.cache import configure_from_params
 from xmc.errors import ConfigError
 from xmc.methods.base import ranks_of
 from xmc.methods.harness import train_run
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def relaunch_under_torchrun(ranks: int, argv: list[str], module: str = "stages.train") -> None:
@@ -38,7 +38,7 @@ def main() -> None:
     ranks = ranks_of(run)
     if ranks > 1 and "WORLD_SIZE" not in os.environ:
         relaunch_under_torchrun(ranks, sys.argv[1:])
-    train_run(params, run, Workspace())
+    train_run(params, run, product_workspace(params))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from xmc.config import load_params, run_entry_point
 from xmc.features.validation import validate
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
-    validate(load_params(), Workspace())
+    params = load_params()
+    validate(params, product_workspace(params))
 
 
 if __name__ == "__main__":

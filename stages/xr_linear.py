@@ -29,7 +29,7 @@ from xmc.errors import ConfigError
 from xmc.io import atomic_dir, read_json, write_json
 from xmc.peers.xr_linear import fit_xr_linear, load_xr_linear, rank_xr_linear, require_libpecos
 from xmc.predictions import run_and_splits
-from xmc.workspace import Workspace
+from xmc.workspace import Workspace, product_workspace
 
 log = logging.getLogger("stages.xr_linear")
 USAGE = "python -m stages.xr_linear train <run> | predict <run> [val] [tst]"
@@ -87,10 +87,10 @@ def main() -> None:
         raise ConfigError(f"params.yaml: {run!r} is not under xr_linear (have: {', '.join(params['xr_linear']) or 'none'})")
     cfg = params["xr_linear"][run]
     if argv[0] == "train" and len(argv) == 2:
-        train(params, cfg, run, Workspace())
+        train(params, cfg, run, product_workspace(params))
     elif argv[0] == "predict":
         run, splits = run_and_splits(argv[1:], USAGE)
-        predict(params, cfg, run, splits, Workspace())
+        predict(params, cfg, run, splits, product_workspace(params))
     else:
         raise ConfigError(f"usage: {USAGE}")
 

@@ -64,6 +64,7 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
     if (ROOT / ".venv-pecos").is_dir():  # the linear peer's environment (make setup), shared with the checkout
         (dest / ".venv-pecos").symlink_to(ROOT / ".venv-pecos")
     set_param(dest, "data.dataset_dir", str(dataset_dir))
+    set_param(dest, "data.name", Path(dataset_dir).name)   # its outputs: results/<folder name>/
     set_param(dest, "graph.wordnet_dir", str(SEMCOR.parent / "wordnet30"))   # the project's relative path, made absolute
     set_param(dest, "data.subsample", {"trn": trn_docs, "tst": tst_docs, "unit": "documents", "labels": labels})
     extra = dict(extra_params or {})
@@ -85,6 +86,18 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
     run(["git", "add", "-A"], dest)
     run(["git", "commit", "-qm", "init"], dest)
     return dest
+
+
+def results_of(repo: Path) -> Path:
+    """The product's outputs of the dataset ``repo``'s params.yaml names: results/<data.name>/."""
+    from xmc.workspace import RESULTS, results_name
+
+    return repo / RESULTS / results_name(yaml.safe_load((repo / "params.yaml").read_text())["data"])
+
+
+def lab_results_of(repo: Path) -> Path:
+    """The lab's outputs of that dataset: lab/results/<data.name>/."""
+    return repo / "lab" / results_of(repo).relative_to(repo)
 
 
 def stages_run(output: str) -> list[str]:
@@ -115,11 +128,12 @@ def assert_packages_predict_like_the_pipeline(repo: Path, names: list[str], n: i
     import xmc
     from xmc.predictions import TopK
 
-    with open(repo / "data/processed/tst.jsonl", encoding="utf-8") as fh:
+    res = results_of(repo)
+    with open(res / "data/processed/tst.jsonl", encoding="utf-8") as fh:
         texts = [json.loads(line)["text"] for line in fh][:n]
     for name in names:
-        pkg = xmc.load(str(repo / "packages" / name))
-        ref = TopK.load(repo / "predictions" / name / "tst_topk.npz")
+        pkg = xmc.load(str(res / "packages" / name))
+        ref = TopK.load(res / "predictions" / name / "tst_topk.npz")
         k = min(ref.k, pkg.n_labels)
         D, I = pkg.topk(texts, k)
         R, S = ref.indices[: len(texts), :k], ref.scores[: len(texts), :k]

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.pipeline_repo import ROOT, write_xc_dataset
+from tests.pipeline_repo import ROOT, write_xc_dataset, results_of
 from xmc.config import EXIT_INPUT_ERROR, run_entry_point
 
 LABELS = [f"label number {i} about topic {i % 5}" for i in range(12)]
@@ -95,10 +95,10 @@ def repo(tmp_path_factory) -> Path:
     from xmc.data import load_processed
     from xmc.package import build_package
 
-    ds = load_processed(r / "data/processed", splits=("trn", "val"))
+    ds = load_processed(results_of(r) / "data/processed", splits=("trn", "val"))
     enc = trained_bow(ds.label_texts + ds.trn.texts, dim=16, n_buckets=4096, ngram_max=1, seed=0)
-    enc.save(r / "models/tiny")
-    build_package(r / "packages/tiny", name="tiny", method="dexml", source=r / "models/tiny", label_uids=ds.label_uids,
+    enc.save(results_of(r) / "models/tiny")
+    build_package(results_of(r) / "packages/tiny", name="tiny", method="dexml", source=results_of(r) / "models/tiny", label_uids=ds.label_uids,
                   label_texts=ds.label_texts, options={"index": {"kind": "exact"}}, repo=r)
     (r / "batch").mkdir()
     (r / "batch/in.txt").write_text("a query about topic 1\nanother query\n")
@@ -442,7 +442,7 @@ class _Planted:
 def _pkg(repo: Path, tmp: Path, edit: Callable[[Path], object] | None = None) -> dict[str, str]:
     """A copy of the tiny package, edited; the MODEL argument pointing at it."""
     p = tmp / "pkg"
-    shutil.copytree(repo / "packages/tiny", p)
+    shutil.copytree(results_of(repo) / "packages/tiny", p)
     if edit is not None:
         edit(p)
     return {"MODEL": str(p)}

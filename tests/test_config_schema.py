@@ -619,19 +619,24 @@ def test_lab_params_rewritten_by_dvc_exp_run_set_keep_their_on_off_strings(tmp_p
     assert after == before
 
 
-def test_make_run_dataset_switch_rewrites_only_data_dataset_dir(tmp_path):
+def test_make_run_dataset_switch_rewrites_only_data_dataset_dir_and_name(tmp_path):
     from xmc.config.use_dataset import main, resolve_dataset, set_dataset_dir
 
     params = tmp_path / "params.yaml"
-    text = ("data:\n  # the folder\n  dataset_dir: ../a/semcor   # a comment kept\n  layout: auto\n"
-            "graph:\n  dataset_dir: not-this-one\n")
+    text = ("data:\n  # the folder\n  dataset_dir: ../a/semcor   # a comment kept\n  name: semcor  # outputs\n"
+            "  layout: auto\n  validation:\n    name: not-this-one\ngraph:\n  dataset_dir: not-this-one\n")
     params.write_text(text)
     root = tmp_path / "datasets"
     (root / "debian").mkdir(parents=True)
     target = resolve_dataset("debian", root)
     assert set_dataset_dir(params, target) is True
-    assert params.read_text() == text.replace("../a/semcor", target)
+    want = text.replace("../a/semcor", target).replace("name: semcor  #", "name: debian  #")
+    assert params.read_text() == want
     assert set_dataset_dir(params, target) is False
+    main(["--show-name", "--params", str(params)])
+    assert set_dataset_dir(params, target, "debian-2") is True and "name: debian-2  #" in params.read_text()
+    set_dataset_dir(params, target)
+    assert params.read_text() == want
     with pytest.raises(SystemExit) as e:
         main(["nope", "--root", str(root), "--params", str(params)])
-    assert e.value.code == 2 and params.read_text() == text.replace("../a/semcor", target)
+    assert e.value.code == 2 and params.read_text() == want

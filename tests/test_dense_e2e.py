@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, stages_run
+from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run, stages_run, results_of
 from xmc.trainer.checkpoint import load_checkpoint
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
@@ -39,21 +39,21 @@ def test_dense_runs_train_package_and_land_in_the_report(repo):
     for name in ("minilm_zeroshot", "dexml_bow"):
         assert f"train@{name}" in ran and f"package@{name}" in ran
     assert "fuse@dexml_bow_hybrid" in ran
-    table = (repo / "reports/comparison.md").read_text()
+    table = (results_of(repo) / "reports/comparison.md").read_text()
     for m in ("minilm_zeroshot", "dexml_bow", "dexml_bow_hybrid"):
         assert f"| {m} |" in table
-    dex = json.loads((repo / "metrics/dexml_bow.json").read_text())
+    dex = json.loads((results_of(repo) / "metrics/dexml_bow.json").read_text())
     assert dex["train_seconds"] > 0 and dex["n_test"] > 0
-    live = repo / "plots/train/dexml_bow"
+    live = results_of(repo) / "plots/train/dexml_bow"
     assert (live / "plots/metrics/train/loss.tsv").read_text().split("\n")[0].split("\t") == ["step", "loss"]
     assert {"P@1", "P@5", "PSP@5", "R@100"} <= set(json.loads((live / "metrics.json").read_text())["val"])
     # `dvc metrics show` lists the evaluations, not the training records
     shown = run(["dvc", "metrics", "show", "--json"], repo).stdout
     assert "metrics/dexml_bow.json" in shown and "plots/train/dexml_bow/metrics.json" not in shown
     # one copy of the weights: the package and the hybrid's package hold hard links of the trained table
-    table_file = repo / "models/dexml_bow/bow_encoder.pt"
-    for linked in (repo / "packages/dexml_bow/encoder/bow_encoder.pt",
-                   repo / "packages/dexml_bow_hybrid/base/encoder/bow_encoder.pt"):
+    table_file = results_of(repo) / "models/dexml_bow/bow_encoder.pt"
+    for linked in (results_of(repo) / "packages/dexml_bow/encoder/bow_encoder.pt",
+                   results_of(repo) / "packages/dexml_bow_hybrid/base/encoder/bow_encoder.pt"):
         assert linked.stat().st_ino == table_file.stat().st_ino, linked
     assert stages_run(run(["dvc", "repro"], repo).stdout) == []
     assert_packages_predict_like_the_pipeline(repo, ["minilm_zeroshot", "dexml_bow", "dexml_bow_hybrid"])
@@ -65,7 +65,7 @@ def test_killed_training_resumes_from_last_checkpoint(repo):
     # enough epochs that the run is still going when its second checkpoint is seen (a step here takes
     # milliseconds): the kill must land mid-run
     set_param(repo, "runs.dexml_bow.train.epochs", 40)
-    ckpt = repo / "checkpoints/dexml_bow/checkpoint.pt"
+    ckpt = results_of(repo) / "checkpoints/dexml_bow/checkpoint.pt"
     proc = subprocess.Popen(["dvc", "repro", "train@dexml_bow"], cwd=repo, env=env(), start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
@@ -92,5 +92,5 @@ def test_killed_training_resumes_from_last_checkpoint(repo):
     assert step >= 2, "training did not reach a checkpoint in time"
     p = run(["dvc", "repro", "train@dexml_bow"], repo, timeout=600)
     assert "resumed from" in p.stderr
-    summary = json.loads((repo / "models/dexml_bow/train_summary.json").read_text())
+    summary = json.loads((results_of(repo) / "models/dexml_bow/train_summary.json").read_text())
     assert summary["epochs"] == 40

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
+from tests.pipeline_repo import results_of
 
 LABELS = [f"label {w} {v}" for w in ("red", "blue", "green", "black", "white") for v in ("shoe", "lamp", "mug", "scarf")]
 
@@ -274,7 +275,7 @@ def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
                                          "nproc_per_node": 2}}},
         "hybrids": {}, "report.paired": []})
     run(["dvc", "repro", "validate"], repo)
-    ckpt = repo / "checkpoints" / "dexml_bow" / "checkpoint.pt"
+    ckpt = results_of(repo) / "checkpoints" / "dexml_bow" / "checkpoint.pt"
     p = subprocess.Popen([env()["PATH"].split(os.pathsep)[0] + "/python", "-m", "stages.train", "dexml_bow"], cwd=repo,
                          env={**env(), "XMC_THREADS": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True)
@@ -292,11 +293,11 @@ def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
         time.sleep(0.2)
     assert not any(Path(f"/proc/{r}").exists() and " Z " not in Path(f"/proc/{r}/stat").read_text()[:60]
                    for r in ranks), "a rank outlived its launcher"
-    assert not (repo / "models" / "dexml_bow").exists()
+    assert not (results_of(repo) / "models" / "dexml_bow").exists()
     second = run(["python", "-m", "stages.train", "dexml_bow"], repo, timeout=600)
     out = second.stdout + second.stderr
     assert "resumed from" in out and out.count("trained dexml_bow") == 1, out[-3000:]   # rank 0 alone reports
-    summary = json.loads((repo / "models" / "dexml_bow" / "train_summary.json").read_text())
+    summary = json.loads((results_of(repo) / "models" / "dexml_bow" / "train_summary.json").read_text())
     assert summary["epochs"] == 100
-    live = json.loads((repo / "plots" / "train" / "dexml_bow" / "metrics.json").read_text())
+    live = json.loads((results_of(repo) / "plots" / "train" / "dexml_bow" / "metrics.json").read_text())
     assert live["step"] == summary["steps"]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_repo import ROOT
+from tests.pipeline_repo import ROOT, results_of
 from tests.test_bad_inputs import write_dataset
 
 TINY_RUN = ("  tiny_bow: {method: dexml, encoder: {kind: bow, dim: 16, n_buckets: 4096, ngram_max: 1, seed: 0}, "
@@ -62,29 +62,29 @@ def repo(tmp_path_factory) -> Path:
 def test_ingest_killed_before_or_during_replace_reruns_to_the_same_output(repo):
     p = run(repo, ["stages.ingest"])
     assert p.returncode == 0, p.stderr
-    reference = digest(repo / "data/processed")
+    reference = digest(results_of(repo) / "data/processed")
     for point in ("atomic_dir.before_replace", "atomic_dir.between_renames"):
         killed = run(repo, ["stages.ingest"], kill_at=point)
         assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
         assert leftovers(repo / "data"), f"{point}: the kill should leave a temporary behind"
         p = run(repo, ["stages.ingest"])
         assert p.returncode == 0, p.stderr
-        assert digest(repo / "data/processed") == reference, point
+        assert digest(results_of(repo) / "data/processed") == reference, point
         assert leftovers(repo / "data") == [], point
 
 
 def _package_outputs(repo: Path) -> dict[str, str]:
     """The package's predictor files and the predictions (the manifest, its card and the test metrics carry the
     prediction seconds, which differ between runs)."""
-    return (digest(repo / "packages/tiny_bow", skip=("manifest.json", "README.md"))
-            | digest(repo / "predictions/tiny_bow", skip=("timing.json",))
-            | digest(repo / "metrics_val") | digest(repo / "evaluation"))
+    return (digest(results_of(repo) / "packages/tiny_bow", skip=("manifest.json", "README.md"))
+            | digest(results_of(repo) / "predictions/tiny_bow", skip=("timing.json",))
+            | digest(results_of(repo) / "metrics_val") | digest(results_of(repo) / "evaluation"))
 
 
 def test_package_killed_while_writing_reruns_to_the_same_output(repo):
-    if not (repo / "data/processed").exists():
+    if not (results_of(repo) / "data/processed").exists():
         assert run(repo, ["stages.ingest"]).returncode == 0
-    if not (repo / "models/tiny_bow").exists():
+    if not (results_of(repo) / "models/tiny_bow").exists():
         assert run(repo, ["stages.train", "tiny_bow"]).returncode == 0
     p = run(repo, ["stages.package", "tiny_bow"])
     assert p.returncode == 0, p.stderr
@@ -92,35 +92,35 @@ def test_package_killed_while_writing_reruns_to_the_same_output(repo):
     assert any(k.startswith("encoder/") for k in reference) and "val_topk.npz" in reference
     killed = run(repo, ["stages.package", "tiny_bow"], kill_at="atomic_dir.before_replace")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert leftovers(repo / "packages"), "the kill should leave the new package's temporary behind"
+    assert leftovers(results_of(repo) / "packages"), "the kill should leave the new package's temporary behind"
     p = run(repo, ["stages.package", "tiny_bow"])
     assert p.returncode == 0, p.stderr
     assert _package_outputs(repo) == reference
-    assert leftovers(repo / "packages") == [] and leftovers(repo / "predictions") == []
+    assert leftovers(results_of(repo) / "packages") == [] and leftovers(results_of(repo) / "predictions") == []
 
 
 def test_training_killed_while_writing_a_checkpoint_resumes_to_the_same_model(repo):
     import torch
 
-    if not (repo / "data/processed").exists():
+    if not (results_of(repo) / "data/processed").exists():
         assert run(repo, ["stages.ingest"]).returncode == 0
-    shutil.rmtree(repo / "models/tiny_bow", ignore_errors=True)
-    shutil.rmtree(repo / "checkpoints/tiny_bow", ignore_errors=True)
+    shutil.rmtree(results_of(repo) / "models/tiny_bow", ignore_errors=True)
+    shutil.rmtree(results_of(repo) / "checkpoints/tiny_bow", ignore_errors=True)
     p = run(repo, ["stages.train", "tiny_bow"])
     assert p.returncode == 0, p.stderr
-    reference = torch.load(repo / "models/tiny_bow/bow_encoder.pt", weights_only=True)
-    shutil.rmtree(repo / "models/tiny_bow")
-    shutil.rmtree(repo / "checkpoints/tiny_bow")
+    reference = torch.load(results_of(repo) / "models/tiny_bow/bow_encoder.pt", weights_only=True)
+    shutil.rmtree(results_of(repo) / "models/tiny_bow")
+    shutil.rmtree(results_of(repo) / "checkpoints/tiny_bow")
     # killed on the 4th checkpoint write: the 3rd checkpoint is on disk, the 4th only half-way
     killed = run(repo, ["stages.train", "tiny_bow"], kill_at="checkpoint.before_replace:4")
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert (repo / "checkpoints/tiny_bow/checkpoint.pt").exists() and not (repo / "models/tiny_bow").exists()
-    assert list((repo / "checkpoints/tiny_bow").glob(".checkpoint.pt.tmp-*"))
+    assert (results_of(repo) / "checkpoints/tiny_bow/checkpoint.pt").exists() and not (results_of(repo) / "models/tiny_bow").exists()
+    assert list((results_of(repo) / "checkpoints/tiny_bow").glob(".checkpoint.pt.tmp-*"))
     p = run(repo, ["stages.train", "tiny_bow"])
     assert p.returncode == 0, p.stderr
     assert "resumed from" in p.stderr
-    resumed = torch.load(repo / "models/tiny_bow/bow_encoder.pt", weights_only=True)
+    resumed = torch.load(results_of(repo) / "models/tiny_bow/bow_encoder.pt", weights_only=True)
     assert resumed.keys() == reference.keys()
     for k in reference:
         assert torch.equal(resumed[k], reference[k]), k
-    assert not list((repo / "checkpoints/tiny_bow").glob(".checkpoint.pt.tmp-*"))
+    assert not list((results_of(repo) / "checkpoints/tiny_bow").glob(".checkpoint.pt.tmp-*"))

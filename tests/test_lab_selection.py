@@ -18,7 +18,7 @@ import yaml
 
 from lab.config import SelectionChoice, SelectionConfig
 from lab.selection import render_selection_markdown, select, select_all
-from tests.pipeline_repo import ROOT
+from tests.pipeline_repo import ROOT, results_of, lab_results_of
 from xmc.config.schema import filled
 from xmc.errors import ConfigError
 from xmc.io import save_csr, write_json
@@ -241,7 +241,7 @@ def test_selection_stage_uses_validation_only(tmp_path):
         {"selection": {"metric": "P@5", "alpha": 0.05, "choices": choices}}, sort_keys=False))
     for run, (extra, lost) in {"r_uni": (0, 0), "r_ip": (130, 10), "maclr_union": (0, 0), "maclr": (12, 10)}.items():
         # the product's runs in the repository root, the lab's candidate in its lab/runs/<run>/ folder
-        ws = Workspace(repo / "lab/runs" / run) if run == "maclr_union" else Workspace(repo)
+        ws = Workspace(lab_results_of(repo) / "runs" / run) if run == "maclr_union" else Workspace(repo)
         m, c = _val(extra=extra, lost=lost)
         write_json(ws.metrics(run, "val"), m)
         c.save(ws.contributions(run, "val"))
@@ -249,10 +249,10 @@ def test_selection_stage_uses_validation_only(tmp_path):
         write_json(ws.metrics(run, "tst"), {**m, "P@5": 100.0 - m["P@5"]})
         _val(extra=600 - extra)[1].save(ws.contributions(run, "tst"))
     val_Y = sp.csr_matrix((np.random.default_rng(1).random((1200, 40)) < 0.05).astype(np.float32))
-    save_csr(repo / "data/processed/val_Y.npz", val_Y)
+    save_csr(results_of(repo) / "data/processed/val_Y.npz", val_Y)
     p = _run_selection(repo)
     assert p.returncode == 0, p.stderr
-    rep = json.loads((repo / "lab/reports/selection.json").read_text())
+    rep = json.loads((lab_results_of(repo) / "reports/selection.json").read_text())
     assert rep["settings"] == {"split": "val", "metric": "P@5", "alpha": 0.05, "n_resamples": 300, "seed": 0,
                                "level": 0.95, "unit": "documents", "rule": rep["settings"]["rule"]}
     by = {c["name"]: c for c in rep["choices"]}
@@ -260,7 +260,7 @@ def test_selection_stage_uses_validation_only(tmp_path):
     assert by["stage2_select"]["chosen"] == "union" and by["stage2_select"]["default_is_chosen"] is False
     assert by["loss"]["complete"] is False and by["loss"]["chosen"] is None
     assert by["stage2_select"]["val_labels_used"] == {"instances": 1200, "pairs": int(val_Y.nnz)}
-    md = (repo / "lab/reports/selection.md").read_text()
+    md = (lab_results_of(repo) / "reports/selection.md").read_text()
     assert "Choices are made on the validation split (group-disjoint from training)" in md
     assert "Primary metric: P@5; alpha = 0.05" in md
     assert "Final models train on the training split minus validation with the selected settings" in md
@@ -270,10 +270,10 @@ def test_selection_stage_uses_validation_only(tmp_path):
     assert "positive_sampling: the default (inverse_propensity) agrees with the selection" in md
     assert "| loss | dexml: loss.name | softmax | r_soft | – | – | – | – | not run |" in md
     assert "Note: DEXML code samples uniformly" in md
-    html = (repo / "lab/reports/selection.html").read_text()
+    html = (lab_results_of(repo) / "reports/selection.html").read_text()
     assert "MACLR is zero-shot" in html and "class='chosen'" in html and "not run" in html
     # the product's outputs are untouched: the selection writes under lab/reports only
-    assert not (repo / "reports").exists()
+    assert not (results_of(repo) / "reports").exists()
 
 
 def test_the_shipped_selection_names_runs_that_exist():

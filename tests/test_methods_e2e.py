@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, make_repo, run, set_param, stages_run
+from tests.pipeline_repo import SEMCOR, assert_packages_predict_like_the_pipeline, make_repo, run, set_param, stages_run, results_of
 
 pytestmark = pytest.mark.skipif(not SEMCOR.exists(), reason="../shared/datasets/semcor-wn30 not present")
 
@@ -47,20 +47,20 @@ def test_every_method_trains_packages_and_lands_in_the_report(repo):
     expected = ({"graph", "maclr_pseudo_pairs", "plan", "report"} | {f"train@{r}" for r in RUNS}
                 | {f"package@{r}" for r in RUNS} | {"fuse@astra_hybrid", "fuse@maclr_zs_hybrid"})
     assert expected <= ran, expected - ran
-    table = (repo / "reports/comparison.md").read_text()
+    table = (results_of(repo) / "reports/comparison.md").read_text()
     for m in NAMES:
         assert f"| {m} |" in table
-        metrics = json.loads((repo / f"metrics/{m}.json").read_text())
+        metrics = json.loads((results_of(repo) / f"metrics/{m}.json").read_text())
         assert metrics["n_test"] > 0 and 0.0 <= metrics["P@1"] <= 100.0
-    astra = json.loads((repo / "models/astra/train_summary.json").read_text())
+    astra = json.loads((results_of(repo) / "models/astra/train_summary.json").read_text())
     assert astra["refreshed_at_epochs"] == [1, 2] and astra["epochs"] == 3
-    assert (repo / "plots/train/astra/plots/metrics/train/uniform.tsv").is_file()   # ASTRA's loss parts, live
-    assert "stage2" in json.loads((repo / "plots/train/maclr/metrics.json").read_text())
-    assert (repo / "reports/validation/graph.html").exists()
+    assert (results_of(repo) / "plots/train/astra/plots/metrics/train/uniform.tsv").is_file()   # ASTRA's loss parts, live
+    assert "stage2" in json.loads((results_of(repo) / "plots/train/maclr/metrics.json").read_text())
+    assert (results_of(repo) / "reports/validation/graph.html").exists()
     # MACLR's plan reads the pseudo pairs and never a label matrix; the zero-shot name matcher reads no training split
-    maclr = json.loads((repo / "plans/maclr.json").read_text())
+    maclr = json.loads((results_of(repo) / "plans/maclr.json").read_text())
     assert [p for p in maclr["inputs"] if p.endswith("maclr_pairs")] and not [p for p in maclr["inputs"] if "_Y" in p]
-    assert json.loads((repo / "plans/name_match.json").read_text())["inputs"] == {}
+    assert json.loads((results_of(repo) / "plans/name_match.json").read_text())["inputs"] == {}
     assert stages_run(run(["dvc", "repro"], repo).stdout) == []
     assert_packages_predict_like_the_pipeline(repo, NAMES)
 

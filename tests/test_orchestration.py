@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.pipeline_repo import ROOT, SEMCOR, make_repo, set_param, write_xc_dataset
+from tests.pipeline_repo import ROOT, SEMCOR, make_repo, set_param, write_xc_dataset, results_of
 from tests.prefect_stack import PrefectStack
 
 WORDNET = (ROOT / ".." / "shared" / "datasets" / "wordnet30").resolve()
@@ -140,9 +140,9 @@ def test_triggered_pipeline_run_completes_with_metrics_and_artifacts(stack, depl
     fr = wait_for_run(stack, fr.id, timeout=400)
     assert fr.state.is_completed(), fr.state.message
     for m in [*BASELINES_ONLY, HYBRID]:
-        assert json.loads((deployed / f"metrics/{m}.json").read_text())["P@1"] >= 0
-        assert (deployed / "packages" / m / "manifest.json").is_file()
-    assert "| tfidf_knn |" in (deployed / "reports/comparison.md").read_text()
+        assert json.loads((results_of(deployed) / f"metrics/{m}.json").read_text())["P@1"] >= 0
+        assert (results_of(deployed) / "packages" / m / "manifest.json").is_file()
+    assert "| tfidf_knn |" in (results_of(deployed) / "reports/comparison.md").read_text()
     # one task per stage of the product pipeline, in DAG order: every run trained, packaged, the hybrid fused
     trs = _client_call(stack, lambda c: c.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[fr.id]))))
     ran = {t.name for t in trs if t.state.is_completed()}
@@ -250,13 +250,13 @@ def test_index_refresh_rebuilds_the_package_and_what_depends_on_it(stack, deploy
     from flows.index_refresh import xmc_index_refresh
 
     monkeypatch.setenv("XMC_ALLOWED_REPOS", str(deployed))
-    built = (deployed / "packages/tfidf_knn/manifest.json").stat().st_mtime_ns
+    built = (results_of(deployed) / "packages/tfidf_knn/manifest.json").stat().st_mtime_ns
     with temporary_settings(stack.settings()):
         out = xmc_index_refresh(repo_dir=str(deployed), model=HYBRID)
         assert out["package@tfidf_knn"] == "ran" and out[f"fuse@{HYBRID}"] == "ran", out
         assert all(out[s] == "cached" for s in ("ingest", "validate", "tfidf", "plan", "train@tfidf_knn")), out
         assert list(out)[-1] == "report" and "package@label_prior" not in out
-        assert (deployed / "packages/tfidf_knn/manifest.json").stat().st_mtime_ns > built
+        assert (results_of(deployed) / "packages/tfidf_knn/manifest.json").stat().st_mtime_ns > built
         with pytest.raises(ParameterRefused, match="'nope' is not a packaged run or hybrid"):
             xmc_index_refresh(repo_dir=str(deployed), model="nope")
 
@@ -392,7 +392,7 @@ def test_deployment_parameters_outside_the_allow_list_are_refused(stack, deploye
     assert not (deployed / "batch/out.jsonl").exists()
     # a model name is looked up under packages/ only: a package folder of that name in the worker's working
     # directory (the repository root) is not loaded
-    shutil.copytree(deployed / "packages/tfidf_knn", deployed / "stolen")
+    shutil.copytree(results_of(deployed) / "packages/tfidf_knn", deployed / "stolen")
     (deployed / "batch" / "in.txt").write_text("the cat sat on the mat\n")
     with temporary_settings(stack.settings()):
         fr = run_deployment("xmc-batch-predict/batch-predict", parameters={
@@ -403,15 +403,15 @@ def test_deployment_parameters_outside_the_allow_list_are_refused(stack, deploye
     assert not (deployed / "batch/out.jsonl").exists()
     from flows.batch_predict import model_folder
 
-    (deployed / "packages/linked").symlink_to(deployed / "stolen")
+    (results_of(deployed) / "packages/linked").symlink_to(deployed / "stolen")
     try:
         for spec in ("linked", "packages/linked", "packages/../stolen", "../stolen"):
             with pytest.raises(ParameterRefused, match="outside|must be under"):
                 model_folder(spec, deployed)
     finally:
-        (deployed / "packages/linked").unlink()
+        (results_of(deployed) / "packages/linked").unlink()
         shutil.rmtree(deployed / "stolen")
-    assert model_folder("tfidf_knn", deployed) == deployed / "packages/tfidf_knn"
+    assert model_folder("tfidf_knn", deployed) == results_of(deployed) / "packages/tfidf_knn"
     # promotion: only artifacts of dvc.yaml are versioned; refused before anything is pushed or committed
     from flows.registry import xmc_promote
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_repo import make_repo, run, stages_run
+from tests.pipeline_repo import make_repo, run, stages_run, results_of
 
 SMALL_BOW = {"kind": "bow", "dim": 32, "n_buckets": 4096, "ngram_max": 2, "tied": True, "dropout": 0.0}
 RUNS = {
@@ -83,17 +83,17 @@ def test_make_runs_pipeline_on_a_jsonl_dataset_without_graph_or_groups(repo):
     for lacking in ("ships no validation split", "has no document ids", "label graph sets skipped"):
         assert sum(lacking in line for line in warnings) == 1, (lacking, warnings)
     assert "RAMEN's label graph is the training labels' co-occurrence" in log and "regularising with cooccurrence" in log
-    graphs = json.loads((repo / "models/ramen/train_summary.json").read_text())["graphs"]
+    graphs = json.loads((results_of(repo) / "models/ramen/train_summary.json").read_text())["graphs"]
     assert graphs.get("cooccurrence/label", 0) > 0, graphs
-    meta = json.loads((repo / "data/processed/meta.json").read_text())
+    meta = json.loads((results_of(repo) / "data/processed/meta.json").read_text())
     assert meta["layout"] == "jsonl" and meta["validation"]["unit"] == "rows"
-    assert json.loads((repo / "data/processed/label_side/manifest.json").read_text()) == {"files": []}
-    table = (repo / "reports/comparison.md").read_text()
+    assert json.loads((results_of(repo) / "data/processed/label_side/manifest.json").read_text()) == {"files": []}
+    table = (results_of(repo) / "reports/comparison.md").read_text()
     for m in METHODS:
         assert f"| {m} |" in table, m
     # the titles are the label names: matching them in the query is a strong zero-shot signal here
-    assert json.loads((repo / "metrics/name_match.json").read_text())["P@1"] > 50
-    assert json.loads((repo / "metrics/astra_hybrid.json").read_text())["P@1"] > 50
+    assert json.loads((results_of(repo) / "metrics/name_match.json").read_text())["P@1"] > 50
+    assert json.loads((results_of(repo) / "metrics/astra_hybrid.json").read_text())["P@1"] > 50
     for m in METHODS:
-        assert (repo / "packages" / m / "manifest.json").is_file(), m
+        assert (results_of(repo) / "packages" / m / "manifest.json").is_file(), m
     assert stages_run(run(["dvc", "repro"], repo).stdout) == []

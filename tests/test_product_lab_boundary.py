@@ -79,7 +79,9 @@ def test_the_lab_reads_the_product_outputs_it_needs():
     """The other direction is allowed, and real: the lab's stages depend on the product's data and features."""
     lab = yaml.safe_load((ROOT / "lab/dvc.yaml").read_text())
     deps = {p for _, f, p in _stage_paths(lab) if f == "deps"}
-    assert {"data/processed", "data/tfidf", "metrics_val", "evaluation/val"} <= deps
+    # of the dataset the product's params.yaml names (lab/dvc.yaml reads data.name from it)
+    assert {f"results/${{data.name}}/{p}" for p in ("data/processed", "data/tfidf", "metrics_val", "evaluation/val")} <= deps
+    assert "../params.yaml:data" in lab["vars"]
 
 
 def test_product_params_hold_product_knobs_only():

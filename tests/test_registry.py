@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.pipeline_repo import (ROOT, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run,
+from tests.pipeline_repo import (results_of, ROOT, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run,
                                  set_param, stages_run)
 from tests.test_cli_serve import XMC
 from xmc.errors import ConfigError
@@ -86,8 +86,8 @@ def test_bare_names_resolve_to_the_workspace_packages_artifact_or_not(tmp_path, 
     root = _workspace(tmp_path)
     monkeypatch.chdir(root)
     monkeypatch.delenv("XMC_REPO_DIR", raising=False)
-    assert resolve("tfidf_knn", root) == root / "packages/tfidf_knn"          # not an artifact: still its package
-    assert resolve("astra_hybrid", root) == root / "packages/astra_hybrid"
+    assert resolve("tfidf_knn", root) == results_of(root) / "packages/tfidf_knn"          # not an artifact: still its package
+    assert resolve("astra_hybrid", root) == results_of(root) / "packages/astra_hybrid"
     assert resolve("elsewhere", root) == root / "exported/elsewhere"          # an artifact's own path
     with pytest.raises(ConfigError, match=r"'astra' is not in the workspace: `dvc pull packages/astra` .*"
                                           r"`dvc repro package@astra` builds it"):
@@ -121,13 +121,13 @@ def test_the_batch_flow_loads_only_packages_under_packages(tmp_path, monkeypatch
 
     root = _workspace(tmp_path)
     monkeypatch.chdir(root)
-    assert model_folder("tfidf_knn", root) == root / "packages/tfidf_knn"
-    assert model_folder("packages/astra_hybrid", root) == (root / "packages/astra_hybrid").resolve()
+    assert model_folder("tfidf_knn", root) == results_of(root) / "packages/tfidf_knn"
+    assert model_folder("packages/astra_hybrid", root) == (results_of(root) / "packages/astra_hybrid").resolve()
     with pytest.raises(ParameterRefused, match="outside"):
         model_folder("elsewhere", root)
     with pytest.raises(ConfigError, match="no package packages/tfidf_zeroshot/"):
         model_folder("tfidf_zeroshot", root)
-    (root / "packages/linked").symlink_to(root / "tfidf_zeroshot")
+    (results_of(root) / "packages/linked").symlink_to(root / "tfidf_zeroshot")
     for spec in ("linked", "packages/linked", "exported/elsewhere", "packages/../tfidf_zeroshot"):
         with pytest.raises(ParameterRefused):
             model_folder(spec, root)
@@ -144,7 +144,7 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     assert p.returncode == 0, p.stderr
     res = json.loads(p.stdout)
     assert res["promote"] and res["assigned"] == "v0.1.0" and res["current_version"] is None
-    first_val = json.loads((repo / "packages/tfidf_knn/manifest.json").read_text())["metrics"]["val"]
+    first_val = json.loads((results_of(repo) / "packages/tfidf_knn/manifest.json").read_text())["metrics"]["val"]
     # a package that is no artifact is not versioned
     p = xmc_in(repo, "promote", "label_prior")
     assert p.returncode == 2 and "no artifact 'label_prior'" in p.stderr, p.stderr
@@ -181,6 +181,6 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     (clone / "in.txt").write_text("he went to the bank to deposit his money\n")
     p = xmc_in(clone, "predict", "tfidf_knn", "-k", "3", "--input", "in.txt", cache=tmp_path / "c2")
     assert p.returncode == 0 and len(json.loads(p.stdout)["labels"]) == 3, p.stderr
-    assert not (clone / "models").exists() and not (clone / "data").exists()  # nothing trained
+    assert not (results_of(clone) / "models").exists() and not (clone / "data").exists()  # nothing trained
     p = xmc_in(clone, "predict", "#prod", "-k", "3", "--input", "in.txt", cache=tmp_path / "c2")
     assert p.returncode == 0 and len(json.loads(p.stdout)["labels"]) == 3, p.stderr

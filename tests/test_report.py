@@ -21,6 +21,7 @@ from xmc.predictions import TopK
 from xmc.data import XMCDataset, save_processed
 from xmc.data.dataset import Split
 from xmc.report import seed_rows
+from tests.pipeline_repo import results_of, lab_results_of
 
 ROOT = Path(__file__).resolve().parents[1]
 METRICS4 = ["P@1", "P@5", "PSP@5", "R@100"]
@@ -71,10 +72,10 @@ def eval_repo(tmp_path):
     filt = sp.csr_matrix((np.ones(28, np.float32), (np.arange(3, 31), tst_pred.indices[3:31, 0])), shape=tst_Y.shape)
     ds = XMCDataset([f"l{i}" for i in range(30)], [f"label {i}" for i in range(30)], _split(trn_Y, "t"),
                     _split(tst_Y, "s"), filt, meta={}, val=_split(val_Y, "v"))
-    save_processed(ds, repo / "data/processed")
-    val_pred.save(repo / "predictions/m/val_topk.npz")
-    tst_pred.save(repo / "predictions/m/tst_topk.npz")
-    write_json(repo / "predictions/m/timing.json", {"train_seconds": 12.5, "predict_seconds": 1.25})
+    save_processed(ds, results_of(repo) / "data/processed")
+    val_pred.save(results_of(repo) / "predictions/m/val_topk.npz")
+    tst_pred.save(results_of(repo) / "predictions/m/tst_topk.npz")
+    write_json(results_of(repo) / "predictions/m/timing.json", {"train_seconds": 12.5, "predict_seconds": 1.25})
     freq = np.asarray(trn_Y.sum(0)).ravel()
     return {"repo": repo, "freq": freq, "val": (val_Y, val_pred), "tst": (tst_Y, tst_pred, filt)}
 
@@ -90,7 +91,7 @@ def test_evaluate_val_split_writes_validation_records_only(eval_repo):
     repo = eval_repo["repo"]
     p = run_stage(repo, "stages.evaluate", "m", "val")
     assert p.returncode == 0, p.stderr
-    m = json.loads((repo / "metrics_val/m.json").read_text())
+    m = json.loads((results_of(repo) / "metrics_val/m.json").read_text())
     val_Y, val_pred = eval_repo["val"]
     exp = _expected(val_Y, val_pred, eval_repo["freq"])["metrics"]
     for k, v in exp.items():
@@ -100,13 +101,13 @@ def test_evaluate_val_split_writes_validation_records_only(eval_repo):
                               "R@4", "R@10", "unseen_R@10"}
     for k, (lo, hi) in m["ci95"].items():
         assert lo <= m[k] <= hi and hi > lo, k
-    c = InstanceContributions.load(repo / "evaluation/val/m.npz")
+    c = InstanceContributions.load(results_of(repo) / "evaluation/val/m.npz")
     assert c.n == 60 and c.values()["P@1"] == pytest.approx(exp["P@1"], abs=1e-9)
-    assert not (repo / "metrics").exists() and not (repo / "plots").exists()
-    assert sorted(p.relative_to(repo).as_posix() for p in (repo / "evaluation").rglob("*")) == ["evaluation/val",
+    assert not (results_of(repo) / "metrics").exists() and not (results_of(repo) / "plots").exists()
+    assert sorted(p.relative_to(results_of(repo)).as_posix() for p in (results_of(repo) / "evaluation").rglob("*")) == ["evaluation/val",
                                                                                            "evaluation/val/m.npz"]
     # same inputs, same bytes (seeded bootstrap, deterministic npz)
-    files = [repo / "metrics_val/m.json", repo / "evaluation/val/m.npz"]
+    files = [results_of(repo) / "metrics_val/m.json", results_of(repo) / "evaluation/val/m.npz"]
     before = [f.read_bytes() for f in files]
     assert run_stage(repo, "stages.evaluate", "m", "val").returncode == 0
     assert before == [f.read_bytes() for f in files]
@@ -117,16 +118,16 @@ def test_evaluate_test_split_applies_filter_and_writes_plots(eval_repo):
     tst_Y, tst_pred, filt = eval_repo["tst"]
     p = run_stage(repo, "stages.evaluate", "m", "tst")
     assert p.returncode == 0, p.stderr
-    m = json.loads((repo / "metrics/m.json").read_text())
+    m = json.loads((results_of(repo) / "metrics/m.json").read_text())
     exp = _expected(tst_Y, tst_pred, eval_repo["freq"], filt)
     unfiltered = _expected(tst_Y, tst_pred, eval_repo["freq"])["metrics"]
     assert unfiltered["P@1"] != exp["metrics"]["P@1"]  # the filter matters on this data
     assert m["P@1"] == round(exp["metrics"]["P@1"], 4) and m["n_test"] == 80
     assert m["train_seconds"] == 12.5 and m["predict_seconds"] == 1.25
     assert m["ci95"]["P@1"][0] <= m["P@1"] <= m["ci95"]["P@1"][1]
-    c = InstanceContributions.load(repo / "evaluation/tst/m.npz")
+    c = InstanceContributions.load(results_of(repo) / "evaluation/tst/m.npz")
     assert c.values()["P@1"] == pytest.approx(exp["metrics"]["P@1"], abs=1e-9)
-    at_k = json.loads((repo / "plots/eval/m/at_k.json").read_text())
+    at_k = json.loads((results_of(repo) / "plots/eval/m/at_k.json").read_text())
     # P@k and R@k at every k up to the prediction depth, agreeing with the metrics at their ks
     assert [r["k"] for r in at_k] == list(range(1, len(at_k) + 1)) and len(at_k) >= 10
     for k in (1, 3, 5):
@@ -134,15 +135,15 @@ def test_evaluate_test_split_applies_filter_and_writes_plots(eval_repo):
     for k in (4, 10):
         assert at_k[k - 1]["recall"] == pytest.approx(m[f"R@{k}"], abs=1e-3), k
     assert all(a["recall"] <= b["recall"] for a, b in zip(at_k, at_k[1:]))
-    rbf = json.loads((repo / "plots/eval/m/recall_by_frequency.json").read_text())
+    rbf = json.loads((results_of(repo) / "plots/eval/m/recall_by_frequency.json").read_text())
     assert [r["test_pairs"] for r in rbf] == [b["test_pairs"] for b in exp["recall_by_frequency"]]
-    assert not (repo / "metrics_val").exists() and not (repo / "evaluation/val").exists()
+    assert not (results_of(repo) / "metrics_val").exists() and not (results_of(repo) / "evaluation/val").exists()
 
 
 def test_evaluate_missing_predictions_is_one_line_error(eval_repo):
     p = run_stage(eval_repo["repo"], "stages.evaluate", "nope", "val")
     assert p.returncode == 2
-    assert p.stderr.strip().splitlines()[-1] == "error: predictions/nope/val_topk.npz: no predictions of 'nope'"
+    assert p.stderr.strip().splitlines()[-1] == "error: results/toy/predictions/nope/val_topk.npz: no predictions of 'nope'"
     bad = run_stage(eval_repo["repo"], "stages.evaluate", "m", "dev")
     assert bad.returncode == 2 and "splits to predict must be val and/or tst" in bad.stderr.strip().splitlines()[-1]
 
@@ -185,18 +186,18 @@ def report_repo(tmp_path):
     abl[450:463] = 1
     abl[:10] = 0  # 13 rows won, 10 lost: +0.2, a tie
     for name, h in (("good", good), ("bad", bad)):
-        contrib(h).save(repo / f"evaluation/tst/{name}.npz")
-    contrib(abl).save(repo / "lab/runs/abl/evaluation/tst/abl.npz")
-    write_json(repo / "metrics/good.json", metrics_json(40.0, ci95={"P@1": [37.54, 42.46], "R@100": [63.0, 67.0]},
+        contrib(h).save(results_of(repo) / f"evaluation/tst/{name}.npz")
+    contrib(abl).save(lab_results_of(repo) / "runs/abl/evaluation/tst/abl.npz")
+    write_json(results_of(repo) / "metrics/good.json", metrics_json(40.0, ci95={"P@1": [37.54, 42.46], "R@100": [63.0, 67.0]},
                                                        train_seconds=10.0, predict_seconds=1.0))
-    write_json(repo / "metrics/bad.json", metrics_json(30.0, ci95={"P@1": [27.7, 32.3]}))
+    write_json(results_of(repo) / "metrics/bad.json", metrics_json(30.0, ci95={"P@1": [27.7, 32.3]}))
     # the training plans (stages.plan): what each run's training read; the 'labelled pairs used' column comes from them
-    write_json(repo / "plans/good.json", {"inputs": {"data/processed/lbl.jsonl": "0", "data/processed/trn.jsonl": "0",
+    write_json(results_of(repo) / "plans/good.json", {"inputs": {"data/processed/lbl.jsonl": "0", "data/processed/trn.jsonl": "0",
                                                     "data/processed/trn_Y.npz": "0"}})
-    write_json(repo / "plans/bad.json", {"inputs": {"data/processed/lbl.jsonl": "0"}})
-    write_json(repo / "lab/runs/good_seed1/metrics/good_seed1.json", metrics_json(42.0, **{"P@5": 26.0}))
-    write_json(repo / "lab/runs/good_seed2/metrics/good_seed2.json", metrics_json(44.0, **{"P@5": 27.0}))
-    write_json(repo / "lab/runs/abl/metrics/abl.json", metrics_json(30.2, ci95={"P@1": [27.9, 32.5]}))
+    write_json(results_of(repo) / "plans/bad.json", {"inputs": {"data/processed/lbl.jsonl": "0"}})
+    write_json(lab_results_of(repo) / "runs/good_seed1/metrics/good_seed1.json", metrics_json(42.0, **{"P@5": 26.0}))
+    write_json(lab_results_of(repo) / "runs/good_seed2/metrics/good_seed2.json", metrics_json(44.0, **{"P@5": 27.0}))
+    write_json(lab_results_of(repo) / "runs/abl/metrics/abl.json", metrics_json(30.2, ci95={"P@1": [27.9, 32.5]}))
     return repo
 
 
@@ -204,57 +205,59 @@ def test_report_intervals_and_paired(report_repo):
     repo = report_repo
     p = run_stage(repo, "stages.report")
     assert p.returncode == 0, p.stderr
-    md = (repo / "reports/comparison.md").read_text()
+    md = (results_of(repo) / "reports/comparison.md").read_text()
     # kind of row, what labelled pairs it used, value [interval], the best of each column in bold
     assert "| good | method | training pairs | **40.0** [37.5, 42.5] | **30.0** | **25.0** |" in md
     assert "| bad | method | none (zero-shot) | 30.0 [27.7, 32.3] |" in md
-    # a table per dataset: this run's record, kept for the comparison of a run on another dataset
-    record = json.loads((repo / "reports/datasets/toy.json").read_text())
+    # the report of one dataset, in its folder (results/toy/), with its rows as data
+    assert results_of(repo).name == "toy"
+    record = json.loads((results_of(repo) / "reports/record.json").read_text())
     assert record["dataset"] == "toy" and [r["method"] for r in record["rows"]] == ["good", "bad"]
-    other = dict(record, dataset="other-data", rows=record["rows"][:1])
-    write_json(repo / "reports/datasets/other-data.json", other)
+    # another dataset's results beside it are not read
+    other = repo / "results" / "other-data"
+    write_json(other / "metrics/good.json", metrics_json(99.0))
+    write_json(other / "reports/record.json", dict(record, dataset="other-data"))
     assert run_stage(repo, "stages.report").returncode == 0
-    md2 = (repo / "reports/comparison.md").read_text()
-    assert md2.index("## XMC comparison on toy (test split)") < md2.index("## XMC comparison on other-data (test split;")
-    assert "XMC comparison on other-data" in (repo / "reports/comparison.html").read_text()
+    md2 = (results_of(repo) / "reports/comparison.md").read_text()
+    assert md2 == md and md2.count("## XMC comparison on") == 1 and "99.0" not in md2
     # a metrics file of another dataset's run among these rows: refused with one line, nothing rewritten
-    bad_file = repo / "metrics/bad.json"
+    bad_file = results_of(repo) / "metrics/bad.json"
     kept = bad_file.read_text()
     bad_file.write_text(json.dumps(dict(json.loads(kept), n_test=9)))
     p = run_stage(repo, "stages.report")
     assert p.returncode == 2 and "metrics/bad.json: evaluated on 9 test instances" in p.stderr
-    assert (repo / "reports/comparison.md").read_text() == md2
+    assert (results_of(repo) / "reports/comparison.md").read_text() == md2
     bad_file.write_text(kept)
     assert "95 % percentile bootstrap intervals over the 1500 test instances (B = 300 resamples, seed 0)" in md
     assert "abl" not in md and "Seed variation" not in md   # the lab's rows are in the lab's reports
-    paired = json.loads((repo / "reports/paired.json").read_text())
+    paired = json.loads((results_of(repo) / "reports/paired.json").read_text())
     assert [(r["a"], r["b"], r["metric"]) for r in paired] == [("good", "bad", m) for m in METRICS4]
     p1 = paired[0]
     assert p1["a_value"] == 40.0 and p1["b_value"] == 30.0 and p1["diff"] == 10.0
     assert p1["p_value"] < 0.01 and p1["verdict"] == "a better" and p1["better"] == "good"
     assert p1["ci95"][0] > 8 and p1["ci95"][1] < 12
     assert "| good | bad | P@1 | 40.0 | 30.0 | +10.00 [" in md and "| good better |" in md
-    html = (repo / "reports/comparison.html").read_text()
+    html = (results_of(repo) / "reports/comparison.html").read_text()
     for s in ("[37.5, 42.5]", "Paired comparisons", "good better", "class='best'",
               "percentile bootstrap", "figures/precision_at_k.png", "href='plots.html'"):
         assert s in html, s
     assert "http" not in html.replace("<!doctype html>", "") and "<script" not in html and "<link" not in html
-    assert (repo / "reports/figures/precision_at_k.png").stat().st_size > 0
+    assert (results_of(repo) / "reports/figures/precision_at_k.png").stat().st_size > 0
     # the offline figures page: static images only, every figure it names exists
-    plots = (repo / "reports/plots.html").read_text()
+    plots = (results_of(repo) / "reports/plots.html").read_text()
     assert "<script" not in plots and "http" not in plots.replace("<!doctype html>", "")
     import re
     shown = re.findall(r"<img src='([^']+)'", plots)
-    assert "figures/recall_at_k.png" in shown and all((repo / "reports" / f).stat().st_size > 0 for f in shown)
+    assert "figures/recall_at_k.png" in shown and all((results_of(repo) / "reports" / f).stat().st_size > 0 for f in shown)
 
 
 def test_lab_ablation_report_adds_paired_ablation_rows(report_repo):
     repo = report_repo
     p = run_stage(repo, "lab.stages.report")
     assert p.returncode == 0, p.stderr
-    md = (repo / "lab/reports/ablations.md").read_text()
+    md = (lab_results_of(repo) / "reports/ablations.md").read_text()
     assert "| abl | method | 30.2 [27.9, 32.5] |" in md and "| good | method | **40.0** [37.5, 42.5] |" in md
-    rows = json.loads((repo / "lab/reports/paired_ablations.json").read_text())
+    rows = json.loads((lab_results_of(repo) / "reports/paired_ablations.json").read_text())
     abl = [r for r in rows if r["a"] == "abl" and r["metric"] == "P@1"][0]
     assert abl["diff"] == 0.2 and abl["p_value"] >= 0.05 and abl["verdict"] == "tie" and abl["better"] is None
     assert "| abl | bad | P@1 | 30.2 | 30.0 | +0.20 [" in md and "| tie |" in md
@@ -267,21 +270,21 @@ def test_lab_ablation_report_adds_paired_ablation_rows(report_repo):
     assert "### Ablations: difference to their control" in md and "not_run" not in md
     line = next(x for x in md.splitlines() if x.startswith("| abl | good | "))
     assert line.startswith("| abl | good | -9.80 [") and line.endswith("| good better |")
-    assert "Ablations: difference to their control" in (repo / "lab/reports/ablations.html").read_text()
-    assert not (repo / "reports/comparison.md").exists()   # the lab writes nothing of the product's
+    assert "Ablations: difference to their control" in (lab_results_of(repo) / "reports/ablations.html").read_text()
+    assert not (results_of(repo) / "reports/comparison.md").exists()   # the lab writes nothing of the product's
 
 
 def test_lab_seed_report_reads_base_and_extra_seed_metrics(report_repo):
     repo = report_repo
     p = run_stage(repo, "lab.stages.report", "--seeds")
     assert p.returncode == 0, p.stderr
-    md = (repo / "lab/reports/seeds.md").read_text()
+    md = (lab_results_of(repo) / "reports/seeds.md").read_text()
     # the base run's own row with its interval, then P@1 40, 42, 44 -> 42.0 +- 2.0; P@5 25, 26, 27 -> 26.0 +- 1.0;
     # good_seed3 has no metrics file; "absent" has no base metrics: no row
     assert "| good | method | **40.0** [37.5, 42.5] |" in md and "| bad |" not in md
     assert "| good | 3 | 42.0 ± 2.0 | 26.0 ± 1.0 | 31.0 ± 0.0 | 65.0 ± 0.0 |" in md
     assert "good: 3 of 4 runs found" in md and "| absent |" not in md
-    html = (repo / "lab/reports/seeds.html").read_text()
+    html = (lab_results_of(repo) / "reports/seeds.html").read_text()
     assert "Seed variation" in html and "42.0 ± 2.0" in html
 
 

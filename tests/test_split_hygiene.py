@@ -75,8 +75,21 @@ def dvc_index():
         repo.close()
 
 
+NAME = yaml.safe_load((REPO / "params.yaml").read_text())["data"]["name"]
+# the namespace every output of a dataset lies in, dropped: the rules below name paths within it
+NAMESPACES = ((f"results/{NAME}/", ""), (f"lab/results/{NAME}/", "lab/"), ("results/${data.name}/", ""),
+              ("lab/results/${data.name}/", "lab/"))
+
+
+def _in_namespace(rel: str) -> str:
+    for prefix, to in NAMESPACES:
+        if rel.startswith(prefix):
+            return to + rel[len(prefix):]
+    return rel
+
+
 def _rel(path: str) -> str:
-    return os.path.relpath(os.path.realpath(path), os.path.realpath(REPO))
+    return _in_namespace(os.path.relpath(os.path.realpath(path), os.path.realpath(REPO)))
 
 
 def test_only_prediction_and_evaluation_stages_depend_on_test_files(dvc_index) -> None:
@@ -190,7 +203,7 @@ def test_the_pseudo_pairs_stage_declares_no_label_matrix() -> None:
     """MACLR's zero-shot inputs: instance and label texts only (the stage's deps; what it opens is
     test_zero_shot_stages_open_no_label_matrix)."""
     st = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["maclr_pseudo_pairs"]
-    data = [d for d in st["deps"] if d.startswith("data/")]
+    data = [_in_namespace(d) for d in st["deps"] if _in_namespace(d).startswith("data/")]
     assert data and not any(d.endswith("_Y.npz") or "val" in d or "tst" in d or d == "data/processed" for d in data), data
     assert set(data) == {"data/processed/trn.jsonl", "data/processed/lbl.jsonl", "data/processed/source.json"}
 
@@ -278,12 +291,14 @@ def test_the_selection_opens_no_test_file(tmp_path) -> None:
     rng = np.random.default_rng(0)
     n, L = 40, 12
     Y = {s: sp.csr_matrix((rng.random((n, L)) < 0.2).astype(np.float32)) for s in ("val", "tst")}
-    proc = Workspace(tmp_path).processed
+    product = tmp_path / "results" / NAME
+    proc = Workspace(product).processed
     proc.mkdir(parents=True)
     for s in ("val", "tst"):
         sp.save_npz(proc / f"{s}_Y.npz", Y[s])
     freq = np.ones(L)
-    for run, ws in (("xr_linear", Workspace(tmp_path)), ("xr_linear_c1", Workspace(tmp_path / "lab/runs/xr_linear_c1"))):
+    for run, ws in (("xr_linear", Workspace(product)),
+                    ("xr_linear_c1", Workspace(tmp_path / "lab/results" / NAME / "runs/xr_linear_c1"))):
         for s in ("val", "tst"):
             top = TopK(np.argsort(-rng.random((n, L)), 1)[:, :10].astype(np.int32), np.ones((n, 10), np.float32))
             c = instance_contributions(top, Y[s], freq, 100, recall_ks=(10,))
@@ -292,10 +307,11 @@ def test_the_selection_opens_no_test_file(tmp_path) -> None:
             ws.metrics(run, s).write_text(json.dumps({**c.values(), "n_test": n}))
     opened = _opened("import sys\nsys.argv = ['selection']\nfrom lab.stages.selection import main\nmain()\n",
                      tmp_path, tmp_path)
+    opened = [_in_namespace(f) for f in opened]
     assert "metrics_val/xr_linear.json" in opened and "lab/runs/xr_linear_c1/metrics_val/xr_linear_c1.json" in opened
     assert "evaluation/val/xr_linear.npz" in opened and "data/processed/val_Y.npz" in opened
     test_files = [f for f in opened if f.startswith("metrics/") or "/metrics/" in f or "tst" in f]
     assert not test_files, test_files
-    report = json.loads((tmp_path / "lab/reports/selection.json").read_text())
+    report = json.loads((tmp_path / "lab/results" / NAME / "reports/selection.json").read_text())
     choice = next(c for c in report["choices"] if c["knob"] == "xr_linear: Cp and Cn")
     assert choice["complete"] and choice["chosen"] in ("1", "16")

@@ -14,7 +14,7 @@ import pytest
 import scipy.sparse as sp
 import yaml
 
-from tests.pipeline_repo import ROOT
+from tests.pipeline_repo import ROOT, results_of, lab_results_of
 
 PECOS_PY = ROOT / ".venv-pecos" / "bin" / "python"
 pytestmark = pytest.mark.skipif(not PECOS_PY.exists(), reason=".venv-pecos missing: run `make setup`")
@@ -47,13 +47,13 @@ def repo(tmp_path_factory):
 
     ds = XMCDataset(label_uids=[f"L{i}" for i in range(4)], label_texts=labels, trn=split(list(range(len(texts)))),
                     val=split(list(range(12))), tst=split(list(range(12, 24))), meta={"content_sha256": "x"})
-    save_processed(ds, root / "data/processed")
+    save_processed(ds, results_of(root) / "data/processed")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["xr_linear"]["xr_linear"].update({"nr_splits": 2, "max_leaf_size": 2, "threads": 1})
     (root / "params.yaml").write_text(yaml.safe_dump(params))
     (root / "lab").mkdir()
     (root / "lab/params.yaml").write_text((ROOT / "lab/params.yaml").read_text())
-    fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(root / "data/tfidf")
+    fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(results_of(root) / "data/tfidf")
     return root
 
 
@@ -68,16 +68,16 @@ def test_trains_and_predicts_the_training_topics(repo):
 
     p = _stage(repo, "train", "xr_linear")
     assert p.returncode == 0, p.stderr[-2000:]
-    assert (repo / "models/xr_linear/model/param.json").is_file()
+    assert (results_of(repo) / "models/xr_linear/model/param.json").is_file()
     p = _stage(repo, "predict", "xr_linear", "val", "tst")
     assert p.returncode == 0, p.stderr[-2000:]
     for split, first in (("val", 0), ("tst", 12)):
-        top = TopK.load(repo / f"predictions/xr_linear/{split}_topk.npz")
+        top = TopK.load(results_of(repo) / f"predictions/xr_linear/{split}_topk.npz")
         assert top.indices.shape[0] == 12 and (top.indices[:, :4] >= 0).all()
         truth = np.array([i // 3 % 4 for i in range(first, first + 12)])
         assert (top.indices[:, 0] == truth).mean() >= 0.9, (split, top.indices[:, 0], truth)
         assert np.all(np.diff(top.scores[:, :4], axis=1) <= 0)
-    assert "train_seconds" in (repo / "predictions/xr_linear/timing.json").read_text()
+    assert "train_seconds" in (results_of(repo) / "predictions/xr_linear/timing.json").read_text()
 
 
 def test_a_lab_variant_trains_its_own_settings_into_its_own_folder(repo):
@@ -88,7 +88,7 @@ def test_a_lab_variant_trains_its_own_settings_into_its_own_folder(repo):
     before = sorted(p.as_posix() for p in repo.rglob("*") if not p.as_posix().startswith(str(repo / "lab")))
     p = _stage(repo, "xr_linear_c1", "val", module="lab.stages.xr_linear")
     assert p.returncode == 0, p.stderr[-2000:]
-    out = repo / "lab/runs/xr_linear_c1"
+    out = lab_results_of(repo) / "runs/xr_linear_c1"
     timing = (out / "predictions/xr_linear_c1/timing.json").read_text()
     assert "train_seconds" in timing
     assert TopK.load(out / "predictions/xr_linear_c1/val_topk.npz").indices.shape[0] == 12
@@ -101,7 +101,7 @@ def test_an_unknown_run_is_a_one_line_error_and_writes_nothing(repo):
     errors = [line for line in p.stderr.splitlines() if line.startswith("error:")]
     assert p.returncode == 2 and len(errors) == 1, p.stderr[-2000:]
     assert "xr_linear_c2" in errors[0] and "is not under xr_linear" in errors[0] and "have: xr_linear" in errors[0]
-    assert not (repo / "models/xr_linear_c2").exists()
+    assert not (results_of(repo) / "models/xr_linear_c2").exists()
 
 
 def test_the_peer_environment_transforms_texts_like_the_main_one(repo):
@@ -113,7 +113,7 @@ def test_the_peer_environment_transforms_texts_like_the_main_one(repo):
     p = subprocess.run([str(PECOS_PY), "-c", code], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
-    a, b = sp.load_npz(repo / "X_val_peer.npz").tocsr(), sp.load_npz(repo / "data/tfidf/X_val.npz").tocsr()
+    a, b = sp.load_npz(repo / "X_val_peer.npz").tocsr(), sp.load_npz(results_of(repo) / "data/tfidf/X_val.npz").tocsr()
     assert a.shape == b.shape and abs(a - b).max() < 1e-6
 
 

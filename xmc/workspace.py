@@ -1,14 +1,37 @@
 """Where a pipeline's files live: one object instead of path strings spread over the stages.
 
-The product pipeline works in the repository root; ``xmc train`` in a scratch folder of its own; the lab keeps its
-outputs under ``lab/`` and reads the product's data and features (``data_root``). Every stage and library function
-takes a :class:`Workspace`, so the same code writes each layout.
+The product pipeline writes every output of a dataset under ``results/<data.name>/`` (:func:`product_workspace`),
+so a run on one dataset never touches another's; ``xmc train`` works in a scratch folder of its own; the lab keeps
+its outputs under ``lab/results/<data.name>/`` and reads the product's data and features of the same dataset
+(``data_root``). Every stage and library function takes a :class:`Workspace`, so the same code writes each layout.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+RESULTS = Path("results")   # the product's outputs: results/<data.name>/
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def results_name(data: dict[str, Any]) -> str:
+    """The name the outputs of params ``data`` are kept under: ``data.name``, else the dataset folder's name
+    (``+<catalogue folder>`` with an open label space, as the report names it)."""
+    name = data.get("name")
+    if not name:
+        name = Path(data["dataset_dir"]).name
+        if data.get("open_labels"):
+            cat = Path(data["open_labels"])
+            name += f"+{cat.parent.name or cat.stem}"
+    return str(name)
+
+
+def product_workspace(params: dict[str, Any], repo: str | Path = ".") -> "Workspace":
+    """The product pipeline's workspace of the dataset of ``params`` (``params["data"]``): results/<name>/."""
+    return Workspace(Path(repo) / RESULTS / results_name(params["data"]))
 
 
 @dataclass(frozen=True)
@@ -26,6 +49,11 @@ class Workspace:
             value = getattr(self, name)
             if value is not None:
                 object.__setattr__(self, name, Path(value))
+
+    @property
+    def dataset_record(self) -> Path:
+        """Which dataset these outputs are of (written by the ingest stage, checked before it writes)."""
+        return self.root / "dataset.json"
 
     @property
     def data(self) -> Path:
@@ -94,4 +122,4 @@ class Workspace:
         return self.root / "reports"
 
 
-__all__ = ["Workspace"]
+__all__ = ["NAME", "RESULTS", "Workspace", "product_workspace", "results_name"]

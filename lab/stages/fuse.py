@@ -1,8 +1,8 @@
 """A lab hybrid (lab/params.yaml ``hybrids``): a lab run's candidates + the label-name matches under the product's
-fusion (params.yaml ``hybrid``) -> lab/runs/<hybrid>/ (predictions and metrics; no package: the base's is not kept).
+fusion (params.yaml ``hybrid``) -> lab/results/<data.name>/runs/<hybrid>/ (predictions and metrics; no package: the base's is not kept).
 
 Usage: ``python -m lab.stages.fuse <hybrid>``; ``python -m lab.stages.fuse --ensemble``: the product runs of
-lab/params.yaml ``ensemble`` under one fusion -> lab/runs/<ensemble name>/.
+lab/params.yaml ``ensemble`` under one fusion -> lab/results/<data.name>/runs/<ensemble name>/.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 from lab.config import load_lab
-from lab.results import PRODUCT, lab_workspace
+from lab.results import lab_workspace, product
 from xmc.config import run_entry_point
 from xmc.errors import ConfigError
 from xmc.machine import set_threads
@@ -27,7 +27,7 @@ def main() -> None:
         if not ens["members"]:
             raise ConfigError("lab/params.yaml: ensemble.members is empty (no ensemble to fuse)")
         set_threads()
-        fuse(cfg["product"], ens["name"], list(ens["members"]), lab_workspace(ens["name"]), base_ws=PRODUCT,
+        fuse(cfg["product"], ens["name"], list(ens["members"]), lab_workspace(ens["name"]), base_ws=product(),
              with_package=False)
         return
     hybrids = cfg["lab"]["hybrids"]

@@ -1,4 +1,4 @@
-"""The lab's training plans: lab/plans/<run>.json for every lab run (xmc.methods.plan), as the product's plan stage.
+"""The lab's training plans: lab/results/<data.name>/plans/<run>.json for every lab run (xmc.methods.plan), as the product's plan stage.
 
 A lab run trains, predicts and is evaluated in one stage (lab/stages/run.py), so its plan covers the code of all
 three and the data its prediction and evaluation read (the splits it predicts, the training labels' counts). A run of
@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 
-from lab.config import LAB, load_lab
+from lab.config import load_lab
+from lab.results import lab_root
 from xmc.config import run_entry_point
 from xmc.data.dataset import FILTER_FILES, SPLIT_FILES
 from xmc.io import atomic_dir
 from xmc.methods.plan import _sha256_tree, code_closure, run_plan
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 STAGE = "lab.stages.run"
 
@@ -22,9 +23,9 @@ STAGE = "lab.stages.run"
 def main() -> None:
     cfg = load_lab()
     product, entries, specs = cfg["product"], cfg["entries"], cfg["specs"]
-    ws = Workspace()
+    ws = product_workspace(product)
     code = {p.as_posix(): _sha256_tree(p) for p in code_closure(STAGE, "xmc.package.build")}
-    with atomic_dir(LAB / "plans") as tmp:
+    with atomic_dir(lab_root() / "plans") as tmp:
         for name, entry in entries.items():
             if entry["from_model"] is not None:   # its stage depends on the product model's folder itself
                 plan = {"run": name, "from_model": entry["from_model"]}

@@ -1,7 +1,7 @@
-"""The lab's reports on the test split: ``python -m lab.stages.report`` -> lab/reports/ablations.{md,html} (the
+"""The lab's reports on the test split: ``python -m lab.stages.report`` -> lab/results/<data.name>/reports/ablations.{md,html} (the
 product's rows, the rows it dropped, and each ablation against its control with paired intervals);
-``python -m lab.stages.report --seeds`` -> lab/reports/seeds.{md,html} (mean ± sd of each bag-of-words method over
-its training seeds). Reads the product's metrics and the lab runs' results (lab/runs/<run>/)."""
+``python -m lab.stages.report --seeds`` -> lab/results/<data.name>/reports/seeds.{md,html} (mean ± sd of each bag-of-words method over
+its training seeds). Reads the product's metrics and the lab runs' results (lab/results/<data.name>/runs/<run>/)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lab.config import LAB, load_lab, prediction_names
-from lab.results import PRODUCT, lab_workspaces, metrics_files
+from lab.config import load_lab, prediction_names
+from lab.results import lab_root, lab_workspaces, metrics_files
 from xmc.config import run_entry_point
 from xmc.config.params import product_names
 from xmc.io import atomic_file, read_json, write_json
 from xmc.metrics.bootstrap import bootstrap_settings
 from xmc.report import ablation_deltas, paired_comparisons, render_html, render_markdown, seed_rows
+from xmc.workspace import product_workspace
 
 
 def rows_of(names: list[str]) -> list[dict[str, Any]]:
@@ -30,11 +31,12 @@ def main() -> None:
     rep = lab["report"]
     boot = bootstrap_settings(product)
     alpha = product["report"]["alpha"]
-    out = LAB / "reports"
+    out = lab_root() / "reports"
     name = Path(product["data"]["dataset_dir"]).name
-    dirs = [PRODUCT.root / "evaluation" / "tst"] + [ws.root / "evaluation" / "tst" for ws in lab_workspaces()]
+    product_ws = product_workspace(product)
+    dirs = [product_ws.root / "evaluation" / "tst"] + [ws.root / "evaluation" / "tst" for ws in lab_workspaces()]
     if "--seeds" in sys.argv[1:]:
-        metric_dirs = [PRODUCT.root / "metrics"] + [ws.root / "metrics" for ws in lab_workspaces()]
+        metric_dirs = [product_ws.root / "metrics"] + [ws.root / "metrics" for ws in lab_workspaces()]
         seeds = seed_rows(metric_dirs, rep["seeds"], contribution_dirs=dirs, bootstrap=boot)
         rows = rows_of([s["base"] for s in seeds])
         title = f"Seed variation on {name} (test split)"

@@ -1,5 +1,5 @@
 """One lab run: train it on the product's data and features, predict the splits it names, evaluate, and keep only
-the results (lab/runs/<run>/: predictions, metrics, per-instance terms, curves); the model and its package are
+the results (lab/results/<data.name>/runs/<run>/: predictions, metrics, per-instance terms, curves); the model and its package are
 removed (the selection and the reports need their predictions, and a lab of ~70 bag-of-words tables would hold
 tens of GB). ``from_model`` runs predict with a product model in other retrieval spaces (no training).
 
@@ -22,7 +22,7 @@ from xmc.machine import set_threads
 from xmc.methods.base import ranks_of
 from xmc.methods.harness import train_run
 from xmc.package.build import package_run
-from xmc.workspace import Workspace
+from xmc.workspace import product_workspace
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     configure_from_params(product)
     ws.checkpoints(name).mkdir(parents=True, exist_ok=True)   # the stage's declared (persisted) checkpoint folder
     if entry["from_model"] is not None:
-        model_dir, config = Workspace().model(entry["from_model"]), {}
+        model_dir, config = product_workspace(cfg["product"]).model(entry["from_model"]), {}
     else:
         spec = cfg["specs"][name]
         ranks = ranks_of(spec)

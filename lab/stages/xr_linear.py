@@ -1,5 +1,5 @@
 """A variant of the product's linear peer (lab/params.yaml ``xr_linear``: params.yaml ``xr_linear`` with these
-overrides), trained and predicted in .venv-pecos on the product's TF-IDF features -> lab/runs/<variant>/
+overrides), trained and predicted in .venv-pecos on the product's TF-IDF features -> lab/results/<data.name>/runs/<variant>/
 (``python -m lab.stages.evaluate`` scores it in the main environment; the model is removed after predicting).
 
 Usage: ``.venv-pecos/bin/python -m lab.stages.xr_linear <variant> [val] [tst]``.

@@ -67,6 +67,7 @@ class Subsample(Section):
 
 class DataConfig(Section):
     dataset_dir: str
+    name: str | None = None   # the outputs' folder results/<name>/ (null: the dataset folder's name)
     layout: Literal["auto", "xc_raw", "jsonl"] = "auto"
     uid_separator: str | None = None
     text_fields: Annotated[list[str], Field(min_length=1)] = ["title", "content"]
@@ -79,6 +80,13 @@ class DataConfig(Section):
     def _non_empty(cls, v: str) -> str:
         if not v.strip():
             raise ValueError("must be a non-empty path")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$", v):
+            raise ValueError("must be a folder name: letters, digits and . _ + - (not starting with one of these)")
         return v
 
     @field_validator("uid_separator")

@@ -2,9 +2,10 @@
 
 ``make run DATASET=debian-relations`` calls this before ``dvc repro``: it sets ``data.dataset_dir`` in params.yaml
 (the one line, comments kept, as ``dvc exp run -S data.dataset_dir=...`` would) to the folder itself, or to
-``<datasets root>/NAME`` (default ``../shared/datasets``) when given a bare name. Everything else the dataset needs
-is detected from its files (layout, label names, RAMEN's graph sets, the validation split). DVC's run cache keeps
-each dataset's results, so switching back restores them without training again.
+``<datasets root>/NAME`` (default ``../shared/datasets``) when given a bare name, and ``data.name`` (the outputs'
+folder ``results/<name>/``) to the folder's name, or to ``--name``. Everything else the dataset needs is detected
+from its files (layout, label names, RAMEN's graph sets, the validation split). Each dataset's outputs stay in its
+own folder, so switching back finds them where they were (and DVC's run cache restores the cached ones).
 """
 
 from __future__ import annotations
@@ -13,12 +14,26 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from xmc.errors import ConfigError
 from xmc.io import atomic_file
+from xmc.workspace import results_name
+
+
+def read_data_section(params_path: str | Path) -> dict[str, Any]:
+    """The ``data`` section of ``params_path`` as written (no schema: this runs in recipes, and must be quick)."""
+    try:
+        data = (yaml.safe_load(Path(params_path).read_text(encoding="utf-8")) or {}).get("data") or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise SystemExit(f"error: {params_path}: unreadable ({str(e).splitlines()[0][:120]})") from None
+    if not data.get("dataset_dir"):
+        raise SystemExit(f"error: {params_path}: no data.dataset_dir")
+    return data
 
 _DATA_KEY = re.compile(r"^data:\s*(#.*)?$")
-_DIR_KEY = re.compile(r"^(?P<indent>[ \t]+)dataset_dir:[ \t]*(?P<value>[^#\n]*?)(?P<rest>[ \t]*(#.*)?)$")
 
 
 def resolve_dataset(name_or_dir: str, datasets_root: str | Path) -> str:
@@ -32,9 +47,17 @@ def resolve_dataset(name_or_dir: str, datasets_root: str | Path) -> str:
                       f"(there: {', '.join(sorted(p.name for p in Path(datasets_root).glob('*') if p.is_dir())) or 'none'})")
 
 
-def set_dataset_dir(params_path: str | Path, dataset_dir: str) -> bool:
-    """Rewrite ``data.dataset_dir`` in ``params_path``; True when it changed."""
+def set_dataset_dir(params_path: str | Path, dataset_dir: str, name: str | None = None) -> bool:
+    """Rewrite ``data.dataset_dir`` and ``data.name`` (default: the folder's name) in ``params_path``; True when
+    either changed."""
+    changed = set_data_key(params_path, "dataset_dir", dataset_dir)
+    return set_data_key(params_path, "name", name or Path(dataset_dir).name) or changed
+
+
+def set_data_key(params_path: str | Path, key: str, value: str) -> bool:
+    """Rewrite the one line ``data.<key>`` in ``params_path`` (comments kept); True when it changed."""
     path = Path(params_path)
+    pattern = re.compile(rf"^(?P<indent>[ \t]+){key}:[ \t]*(?P<value>[^#\n]*?)(?P<rest>[ \t]*(#.*)?)$")
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
     in_data = False
     for i, line in enumerate(lines):
@@ -43,31 +66,42 @@ def set_dataset_dir(params_path: str | Path, dataset_dir: str) -> bool:
             continue
         if in_data and line.strip() and not line[0].isspace():
             break   # left the data section without finding the key
-        m = _DIR_KEY.match(line.rstrip("\n")) if in_data else None
-        if m:
-            if m.group("value").strip() == dataset_dir:
+        m = pattern.match(line.rstrip("\n")) if in_data else None
+        if m and len(m.group("indent")) <= 2:
+            if m.group("value").strip() == value:
                 return False
-            lines[i] = f"{m.group('indent')}dataset_dir: {dataset_dir}{m.group('rest')}\n"
+            lines[i] = f"{m.group('indent')}{key}: {value}{m.group('rest')}\n"
             with atomic_file(path) as fh:
                 fh.write("".join(lines))
             return True
-    raise ConfigError(f"{path}: no data.dataset_dir key to set")
+    raise ConfigError(f"{path}: no data.{key} key to set")
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m xmc.config.use_dataset", description=__doc__.split("\n\n")[0])
-    ap.add_argument("dataset", help="a dataset folder, or the name of one under --root")
+    ap.add_argument("dataset", nargs="?", help="a dataset folder, or the name of one under --root")
+    ap.add_argument("--show-name", action="store_true", help="print the current data.name (the outputs' folder "
+                    "under results/) and change nothing")
     ap.add_argument("--root", default="../shared/datasets",
                     help="where bare dataset names are looked up (default: ../shared/datasets)")
     ap.add_argument("--params", default="params.yaml")
+    ap.add_argument("--name", default=None, help="data.name: the outputs' folder results/<name>/ (default: the "
+                    "dataset folder's name)")
     args = ap.parse_args(argv)
+    if args.show_name:
+        print(results_name(read_data_section(args.params)))
+        return
+    if not args.dataset:
+        ap.error("a dataset folder or name is needed (or --show-name)")
     try:
         target = resolve_dataset(args.dataset, args.root)
-        changed = set_dataset_dir(args.params, target)
+        changed = set_dataset_dir(args.params, target, args.name)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    print(f"{args.params}: data.dataset_dir {'set to' if changed else 'is already'} {target}")
+    name = args.name or Path(target).name
+    print(f"{args.params}: data.dataset_dir {'set to' if changed else 'is already'} {target}, data.name {name} "
+          f"(outputs: results/{name}/)")
 
 
 if __name__ == "__main__":

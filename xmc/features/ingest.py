@@ -3,7 +3,9 @@ carved out of training by document) and the label-side files a label graph needs
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,7 @@ from xmc.data import load_dataset_dir, save_processed, split_validation, subsamp
 from xmc.data.dataset import XMCDataset, label_side_files
 from xmc.data.open_labels import open_label_space
 from xmc.errors import ConfigError
+from xmc.io import atomic_file
 from xmc.logs import kv
 from xmc.workspace import Workspace
 
@@ -46,6 +49,33 @@ def read_dataset(data: dict[str, Any]) -> tuple[XMCDataset, dict[str, Path]]:
     return ds, label_side_files(data["dataset_dir"])
 
 
+IDENTITY = ("dataset_dir", "open_labels")   # what makes the data another dataset (not a subsample or a re-split)
+
+
+def claim_results(data: dict[str, Any], ws: Workspace) -> None:
+    """Check that ``ws`` (results/<data.name>/) holds outputs of this dataset or none, and record it there
+    (``dataset.json``): a run on another dataset under the same name would overwrite them, so it is refused (the
+    pipeline's first stage: DVC has removed none of the folder's outputs yet)."""
+    def norm(v: Any) -> Any:
+        return os.path.normpath(v) if isinstance(v, str) else v
+
+    record, mine = ws.dataset_record, {k: norm(data.get(k)) for k in IDENTITY}
+    if record.is_file():
+        try:
+            theirs = json.loads(record.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"{record}: unreadable ({e}); delete it if {ws.root} is yours to overwrite") from None
+        other = {k: norm(theirs.get(k)) for k in IDENTITY}
+        if other != mine:
+            raise ConfigError(
+                f"{record}: {ws.root}/ holds the outputs of {kv(other)}, not of {kv(mine)}: give this dataset a "
+                f"name of its own (data.name in params.yaml, or `python -m xmc.config.use_dataset "
+                f"{data['dataset_dir']}`, which sets it)")
+    ws.root.mkdir(parents=True, exist_ok=True)
+    with atomic_file(record) as fh:
+        fh.write(json.dumps({"name": ws.root.name, **mine}, indent=2) + "\n")
+
+
 def ingest(data: dict[str, Any], ws: Workspace) -> dict[str, Any]:
     """Dataset folder -> ``data/processed``; returns the metadata written."""
     ds, side = read_dataset(data)
@@ -57,4 +87,4 @@ def ingest(data: dict[str, Any], ws: Workspace) -> dict[str, Any]:
     return meta
 
 
-__all__ = ["ingest", "read_dataset"]
+__all__ = ["claim_results", "ingest", "read_dataset"]

@@ -1,14 +1,14 @@
 """Model registry over git + DVC: the packages the registry versions and promotes are DVC artifacts
 (``artifacts:`` in dvc.yaml), versions and stages are GTO git tags (``astra@v0.1.0``, ``astra#prod#3``), the
 files live in the DVC cache / remote. Every package the pipeline builds is in the workspace as
-``packages/<name>/`` (``package@<run>``, ``fuse@<hybrid>``), artifact or not.
+``results/<data.name>/packages/<name>/`` (``package@<run>``, ``fuse@<hybrid>``), artifact or not.
 
 Model specs understood everywhere a model is named (``xmc predict MODEL``, ``xmc.load``, the service,
 the batch-prediction flow):
 
 - a folder path: that package;
-- ``NAME``: the workspace package ``packages/NAME/`` (after ``make run`` or ``dvc pull packages/NAME``), or the
-  path of artifact NAME when dvc.yaml gives it another one;
+- ``NAME``: the workspace package ``results/<data.name>/packages/NAME/`` of the dataset params.yaml names (after
+  ``make run`` or ``dvc pull`` of it), or the path of artifact NAME when dvc.yaml gives it another one;
 - ``NAME#STAGE`` / ``NAME@vX.Y.Z``: the version of artifact NAME with that stage label / that version, fetched
   from the DVC cache or remote into ``$XMC_CACHE_DIR`` (default ``~/.cache/xmc/packages``);
 - ``#STAGE`` (e.g. ``#prod``): the artifact that received that stage most recently.
@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xmc.errors import ConfigError
+from xmc.workspace import RESULTS, results_name
 
 SPEC = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)?(?:#(?P<stage>[a-z0-9_-]+)|@(?P<version>v\d+\.\d+\.\d+))?$")
 
@@ -53,8 +54,26 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XMC_CACHE_DIR") or Path.home() / ".cache" / "xmc" / "packages")
 
 
-PACKAGES_DIR = "packages"   # the workspace's packages: packages/<name>/ (the pipeline's package@ and fuse@ stages)
 MANIFEST = "manifest.json"
+
+
+def _params(root: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        p = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}
+    return p if isinstance(p, dict) else {}
+
+
+def packages_dir(root: Path) -> str:
+    """The workspace's packages, relative to the repository: results/<data.name>/packages (the pipeline's package@
+    and fuse@ stages write ``<that>/<name>/``), for the dataset params.yaml names."""
+    data = _params(root).get("data")
+    if not isinstance(data, dict) or not data.get("dataset_dir"):
+        raise ConfigError(f"{root / 'params.yaml'}: no data.dataset_dir, so no dataset whose packages to look up")
+    return (RESULTS / results_name(data) / "packages").as_posix()
 
 
 def _looks_like_path(spec: str) -> bool:
@@ -62,8 +81,8 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def workspace_packages(repo: Path) -> list[str]:
-    """The names of the packages in the workspace (``packages/<name>/`` holding a manifest)."""
-    d = repo / PACKAGES_DIR
+    """The names of the packages in the workspace (``results/<data.name>/packages/<name>/`` holding a manifest)."""
+    d = repo / packages_dir(repo)
     if not d.is_dir():
         return []
     return sorted(p.name for p in d.iterdir() if p.is_dir() and (p / MANIFEST).is_file())
@@ -93,20 +112,20 @@ def resolve(spec: str, repo: str | Path | None = None, paths: bool = True) -> Pa
         name = latest_in_stage(root, m["stage"])
     if name not in arts:
         what = f"stage {m['stage']!r}" if m["stage"] else f"version {m['version']}"
-        held = " (its workspace package is packages/" + name + "/)" if name in workspace_packages(root) else ""
+        held = f" (its workspace package is {packages_dir(root)}/{name}/)" if name in workspace_packages(root) else ""
         raise ConfigError(f"{spec!r}: {name!r} is not an artifact of {root / 'dvc.yaml'}, so it has no {what}{held}; "
                           f"the registry versions only its artifacts: {', '.join(sorted(arts)) or 'none'}")
     return fetch_version(root, name, stage=m["stage"], version=m["version"])
 
 
 def workspace_package(root: Path, name: str, arts: dict[str, dict[str, Any]] | None = None) -> Path:
-    """``packages/<name>/`` when it holds a package, else the path of artifact ``name``; a one-line error saying
-    how to get it when neither is there."""
+    """``results/<data.name>/packages/<name>/`` when it holds a package, else the path of artifact ``name``; a
+    one-line error saying how to get it when neither is there."""
     arts = artifacts(root) if arts is None else arts
-    path = root / PACKAGES_DIR / name
+    rel = f"{packages_dir(root)}/{name}"
+    path = root / rel
     if (path / MANIFEST).is_file():
         return path
-    rel = f"{PACKAGES_DIR}/{name}"
     if name in arts:
         rel = str(arts[name]["path"])
         if (root / rel / MANIFEST).is_file():
@@ -125,12 +144,7 @@ def workspace_package(root: Path, name: str, arts: dict[str, dict[str, Any]] | N
 
 def _pipeline_packages(root: Path) -> dict[str, str]:
     """The packages the repository's pipeline builds (name -> its stage), from params.yaml; {} if unreadable."""
-    import yaml
-
-    try:
-        p = yaml.safe_load((root / "params.yaml").read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
+    p = _params(root)
     runs, hybrids = p.get("runs") or {}, p.get("hybrids") or {}
     if not isinstance(runs, dict) or not isinstance(hybrids, dict):
         return {}
@@ -346,7 +360,7 @@ def listing(root: Path, name: str | None = None) -> list[dict[str, Any]]:
     known = set(arts) | ws | set(built)
     if name is not None and name not in known:
         raise ConfigError(f"{name!r}: no artifact of that name in {root / 'dvc.yaml'} and no package "
-                          f"{PACKAGES_DIR}/{name}/ (have: {', '.join(sorted(known)) or 'none'})")
+                          f"{packages_dir(root)}/{name}/ (have: {', '.join(sorted(known)) or 'none'})")
     table: dict[str, Any] = {}
     if arts:
         from gto.api import show
@@ -360,7 +374,7 @@ def listing(root: Path, name: str | None = None) -> list[dict[str, Any]]:
     for n in [name] if name else sorted(known):
         r = table.get(n) or {}
         stages = r.get("stage") or {}
-        path = f"{PACKAGES_DIR}/{n}" if n not in arts or n in ws else str(arts[n]["path"])
+        path = f"{packages_dir(root)}/{n}" if n not in arts or n in ws else str(arts[n]["path"])
         rows.append({"name": n, "artifact": n in arts, "latest": r.get("version"), "stages": dict(stages),
                      "path": path, "workspace": (root / path / MANIFEST).is_file(), "stage": built.get(n)})
     return rows
@@ -389,4 +403,4 @@ def load_model(spec: str, **kwargs: Any) -> Any:
 
 __all__ = ["GateDecision", "artifacts", "cache_dir", "current_manifest", "fetch_version", "find_repo", "format_listing",
            "gate", "latest_in_stage", "listing", "load_model", "promote", "resolve", "stage_assignments",
-           "workspace_package", "workspace_packages"]
+           "packages_dir", "workspace_package", "workspace_packages"]
