@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from tests.pipeline_repo import ROOT, write_xc_dataset, results_of
 from xmc.config import EXIT_INPUT_ERROR, run_entry_point
@@ -32,7 +33,9 @@ TRN = [f"training text {i} on topic {i % 5} with words w{i}" for i in range(24)]
 TST = [f"test text {i} on topic {i % 5}" for i in range(6)]
 TRN_ROWS = [f"{i % 12}:1.0 {(i + 3) % 12}:1.0" for i in range(24)]
 TST_ROWS = [f"{i % 12}:1.0" for i in range(6)]
-OUTPUT_DIRS = ("data", "models", "plans", "predictions", "packages", "batch/out")
+# the pipeline's outputs of the dataset (results/<data.name>/: the stages run with this checkout's data.name)
+RES = f"results/{yaml.safe_load((ROOT / 'params.yaml').read_text())['data']['name']}"
+OUTPUT_DIRS = ("results", "batch/out")
 
 
 def write_dataset(d: Path) -> Path:
@@ -107,7 +110,7 @@ def repo(tmp_path_factory) -> Path:
     return r
 
 
-PREDICT_ARGS = ["predict", "packages/tiny", "--input", "batch/in.txt", "--output", "batch/out/pred.jsonl", "-k", "3"]
+PREDICT_ARGS = ["predict", f"{RES}/packages/tiny", "--input", "batch/in.txt", "--output", "batch/out/pred.jsonl", "-k", "3"]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -338,7 +341,7 @@ def test_bad_params(repo, case):
 
 OUTPUT_PATH_CASES = {
     # a dataset folder that holds the ingest stage's output: writing data/processed would replace part of its input
-    "dataset_dir_holds_the_output": ("data", ["refusing to write an output", "input"]),
+    "dataset_dir_holds_the_output": (f"{RES}/data", ["refusing to write an output", "input"]),
     "dataset_dir_is_repo_root": (".", ["refusing to write an output", "input"]),
 }
 
@@ -413,7 +416,7 @@ PROCESSED_CASES = {
 
 @pytest.fixture()
 def processed_restore(repo):
-    src = repo / "data" / "processed"
+    src = results_of(repo) / "data" / "processed"
     keep = {p.name: p.read_bytes() for p in src.iterdir() if p.is_file()}
     yield src
     for p in list(src.iterdir()):
@@ -425,11 +428,11 @@ def processed_restore(repo):
 @pytest.mark.parametrize("case", sorted(PROCESSED_CASES))
 def test_bad_processed_artefact(repo, processed_restore, case):
     edit, expected = PROCESSED_CASES[case]
-    before_tfidf = {k: v for k, v in snapshot(repo).items() if not k.startswith("data/processed")}
+    before_tfidf = {k: v for k, v in snapshot(repo).items() if not k.startswith(f"{RES}/data/processed")}
     edit(processed_restore)
     code, err = run_stage("stages.tfidf", [], repo)
     assert_one_line_error(code, err, expected)
-    assert {k: v for k, v in snapshot(repo).items() if not k.startswith("data/processed")} == before_tfidf
+    assert {k: v for k, v in snapshot(repo).items() if not k.startswith(f"{RES}/data/processed")} == before_tfidf
 
 
 # ------------------------------------------------------------------------------------------------
@@ -513,7 +516,7 @@ PREDICT_CASES = {
     "input_missing": (lambda r, t: {"--input": str(t / "absent.txt")}, ["absent.txt", "not found"]),
     "input_dev_zero": (lambda r, t: {"--input": "/dev/zero"}, ["/dev/zero", "not a regular file"]),
     "output_overwrites_input": (lambda r, t: {"--output": "batch/in.txt"}, ["the output would overwrite the input"]),
-    "output_inside_model": (lambda r, t: {"--output": "packages/tiny/pred.jsonl"}, ["the output would overwrite the model"]),
+    "output_inside_model": (lambda r, t: {"--output": f"{RES}/packages/tiny/pred.jsonl"}, ["the output would overwrite the model"]),
 }
 
 

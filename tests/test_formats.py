@@ -321,7 +321,8 @@ def test_corrupt_gzip_raises_data_format_error(tmp_path: Path):
 
 
 def _write_params(d: Path, dataset_dir: Path, uid_sep: str | None = None) -> Path:
-    """A params.yaml in ``d`` reading ``dataset_dir``; returns where ingest writes (``d``/data/processed)."""
+    """A params.yaml in ``d`` reading ``dataset_dir``; returns where ingest writes
+    (``d``/results/<the dataset folder's name>/data/processed)."""
     sep = "null" if uid_sep is None else json.dumps(uid_sep)
     (d / "params.yaml").write_text(
         "data:\n"
@@ -332,7 +333,7 @@ def _write_params(d: Path, dataset_dir: Path, uid_sep: str | None = None) -> Pat
         "  subsample: {trn: 0, tst: 0, unit: documents, labels: all}\n",
         encoding="utf-8",
     )
-    return d / "data" / "processed"
+    return d / "results" / Path(dataset_dir).name / "data" / "processed"
 
 
 def _run_ingest(cwd: Path) -> subprocess.CompletedProcess:

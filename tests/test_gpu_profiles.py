@@ -126,10 +126,12 @@ def test_collect_keeps_earlier_leases_and_tests_longer_runs_and_cpu_peers(tmp_pa
 
     root = tmp_path / "repo"
     (root / "lab" / "bench").mkdir(parents=True)
+    (root / "params.yaml").write_text("data: {dataset_dir: ../datasets/semcor-wn30}\n")
     monkeypatch.setattr(gp, "ROOT", root)
+    assert gp.product_root() == root / "results/semcor-wn30"
     peer = InstanceContributions(METRICS, np.zeros((4, 50)), np.ones((4, 50)))   # a peer that never hits
-    peer.save(root / "evaluation" / "tst" / "xr_linear.npz")        # a product run's
-    peer.save(root / "lab" / "runs" / "st_mnrl" / "evaluation" / "tst" / "st_mnrl.npz")   # a lab run's
+    peer.save(root / "results/semcor-wn30/evaluation/tst/xr_linear.npz")        # a product run's
+    peer.save(root / "lab/results/semcor-wn30/runs/st_mnrl/evaluation/tst/st_mnrl.npz")   # a lab run's
 
     _fake_call(tmp_path / "a", "H200", [("dexml", 4, 0.3), ("astra", 20, 0.5)])
     gp.collect([tmp_path / "a"], peers=("xr_linear", "st_mnrl"))
@@ -197,6 +199,11 @@ def _fusable_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path
         idx = np.stack([second, gold, *rest], 1).astype(np.int32)
         scores = np.tile(np.linspace(1.0, 0.5, len(labels), dtype=np.float32), (len(gold), 1))
         TopK(idx, scores).save(call / "predictions" / "dexml" / f"{name}_topk.npz")
+        # and its evaluation on the device (P@1 0: the gold label is second)
+        from xmc.metrics.bootstrap import InstanceContributions
+
+        InstanceContributions(METRICS, np.zeros((len(METRICS), len(gold))), np.ones((len(METRICS), len(gold)))).save(
+            call / "evaluation" / name / "dexml.npz")
     repo = tmp_path / "repo"
     (repo / "lab").mkdir(parents=True)
     shutil.copy2(ROOT / "params.yaml", repo / "params.yaml")
@@ -225,7 +232,9 @@ def test_a_gpu_runs_predictions_are_fused_with_the_label_names_and_evaluated_her
     assert fused["fusion"]["fusion"]["features"][0] == "method_score"
     for key in ("metrics", "metrics_val"):
         assert fused[key]["P@1"] > 50.0, fused[key]["P@1"]   # the base's P@1 is 0
-    assert {p.name for p in (fused["evaluation"] / "tst").iterdir()} == {"dexml_hybrid.npz"}
+    assert "dexml_hybrid.npz" in {p.name for p in (fused["evaluation"] / "tst").iterdir()}
+    wo = fused["metrics"]["by_name_match"]
+    assert wo["with_correct_name_match"]["texts"] + wo["without"]["texts"] == 24
 
 
 def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_rows(tmp_path, monkeypatch):
@@ -243,11 +252,9 @@ def test_refuse_fuses_collected_runs_again_with_the_current_fusion_and_adds_no_r
     call, carry = _fusable_call(tmp_path, monkeypatch)
     monkeypatch.setattr(gp, "CARRY", carry)
     repo = gp.ROOT
-    n = 24   # the test split's size
-    c = InstanceContributions(METRICS, np.zeros((4, n)), np.ones((4, n)))   # the base run: P@1 0
-    for split in ("tst", "val"):
-        c.save(call / "evaluation" / split / "dexml.npz")
-    c.save(repo / "evaluation" / "tst" / "xr_linear.npz")
+    n = 24   # the test split's size (the call's evaluation of the base, P@1 0, is _fusable_call's)
+    c = InstanceContributions(METRICS, np.zeros((4, n)), np.ones((4, n)))
+    c.save(gp.product_root() / "evaluation" / "tst" / "xr_linear.npz")
     m = {"P@1": 0.0, "P@5": 20.0}
     (call / "gpu_profiles.json").write_text(json.dumps({"device": "H200", "rows": [
         {"method": "dexml", "run": "dexml", "epochs": 20, "profile_epochs": 20, "ok": True,

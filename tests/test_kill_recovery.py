@@ -66,11 +66,11 @@ def test_ingest_killed_before_or_during_replace_reruns_to_the_same_output(repo):
     for point in ("atomic_dir.before_replace", "atomic_dir.between_renames"):
         killed = run(repo, ["stages.ingest"], kill_at=point)
         assert killed.returncode == -signal.SIGKILL, (point, killed.stderr[-2000:])
-        assert leftovers(repo / "data"), f"{point}: the kill should leave a temporary behind"
+        assert leftovers(results_of(repo) / "data"), f"{point}: the kill should leave a temporary behind"
         p = run(repo, ["stages.ingest"])
         assert p.returncode == 0, p.stderr
         assert digest(results_of(repo) / "data/processed") == reference, point
-        assert leftovers(repo / "data") == [], point
+        assert leftovers(results_of(repo) / "data") == [], point
 
 
 def _package_outputs(repo: Path) -> dict[str, str]:

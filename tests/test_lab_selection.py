@@ -240,8 +240,8 @@ def test_selection_stage_uses_validation_only(tmp_path):
     (repo / "lab/params.yaml").write_text(yaml.safe_dump(
         {"selection": {"metric": "P@5", "alpha": 0.05, "choices": choices}}, sort_keys=False))
     for run, (extra, lost) in {"r_uni": (0, 0), "r_ip": (130, 10), "maclr_union": (0, 0), "maclr": (12, 10)}.items():
-        # the product's runs in the repository root, the lab's candidate in its lab/runs/<run>/ folder
-        ws = Workspace(lab_results_of(repo) / "runs" / run) if run == "maclr_union" else Workspace(repo)
+        # the product's runs in results/<data.name>/, the lab's candidate in lab/results/<data.name>/runs/<run>/
+        ws = Workspace(lab_results_of(repo) / "runs" / run) if run == "maclr_union" else Workspace(results_of(repo))
         m, c = _val(extra=extra, lost=lost)
         write_json(ws.metrics(run, "val"), m)
         c.save(ws.contributions(run, "val"))

@@ -284,9 +284,10 @@ def _write_dataset(d: Path) -> None:
 
 
 def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
-    _write_dataset(tmp_path / "data/processed")
+    out = tmp_path / "results" / yaml.safe_load((ROOT / "params.yaml").read_text())["data"]["name"]   # the stages' outputs
+    _write_dataset(out / "data/processed")
     for f in ("trn_Y.npz", "val_Y.npz", "tst_Y.npz"):
-        (tmp_path / "data/processed" / f).unlink()   # nothing with ground-truth pairs is left
+        (out / "data/processed" / f).unlink()   # nothing with ground-truth pairs is left
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["runs"] = {"tiny": {"method": "maclr", "encoder": {"kind": "bow", "dim": 16, "n_buckets": 4096, "dropout": 0.1},
                                "stage1": _tiny_bow_stage1(),
@@ -305,31 +306,32 @@ def test_zero_shot_stages_run_without_any_label_matrix(tmp_path):
         assert p.returncode == 0, p.stderr[-2000:]
     # the pairs folder is a DVC output every MACLR run depends on: the same inputs give the same bytes (its timings
     # are in maclr_pairs_timing.json), so rebuilding it does not retrain the runs
-    first = {f.name: f.read_bytes() for f in sorted((tmp_path / "data/maclr_pairs").iterdir())}
+    first = {f.name: f.read_bytes() for f in sorted((out / "data/maclr_pairs").iterdir())}
     p = subprocess.run([sys.executable, "-m", "stages.maclr_pseudo_pairs"], cwd=tmp_path, env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    assert {f.name: f.read_bytes() for f in sorted((tmp_path / "data/maclr_pairs").iterdir())} == first
-    assert set(json.loads((tmp_path / "data/maclr_pairs_timing.json").read_text())) == {"ict", "tfidf", "label_names"}
-    summary = json.loads((tmp_path / "models/tiny/train_summary.json").read_text())
+    assert {f.name: f.read_bytes() for f in sorted((out / "data/maclr_pairs").iterdir())} == first
+    assert set(json.loads((out / "data/maclr_pairs_timing.json").read_text())) == {"ict", "tfidf", "label_names"}
+    summary = json.loads((out / "models/tiny/train_summary.json").read_text())
     assert summary["stage1"]["steps"] == 6 and summary["stage2"]["steps"] == 2
     # the label-name view: "apple", "car", "river", "bank" are named in the instances (no label matrix read)
     assert summary["stage2"]["sparse_view"] == "label_names" and summary["stage2"]["sparse_pairs"] >= 5
-    pairs = PseudoPairs.load(tmp_path / "data/maclr_pairs")
+    pairs = PseudoPairs.load(out / "data/maclr_pairs")
     assert set(pairs.names_ids[4][:2].tolist()) == {2, 3}   # "bank of the river": bank, river
     assert (pairs.names_ids[3] == -1).all()   # "Nothing here matches ."
-    assert load_texts_only(tmp_path / "data/processed").texts == INSTANCES
+    assert load_texts_only(out / "data/processed").texts == INSTANCES
     # the run's plan (the only dependency of its train@ stage) names the pseudo pairs and no processed file
-    plan = json.loads((tmp_path / "plans/tiny.json").read_text())
-    assert list(plan["inputs"]) == ["data/maclr_pairs"] and plan["inputs"]["data/maclr_pairs"]
+    plan = json.loads((out / "plans/tiny.json").read_text())
+    pairs_dir = (out / "data/maclr_pairs").relative_to(tmp_path).as_posix()
+    assert list(plan["inputs"]) == [pairs_dir] and plan["inputs"][pairs_dir]
 
 
 def test_dvc_zero_shot_stages_do_not_depend_on_the_label_matrix():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]
     deps = stages["maclr_pseudo_pairs"]["deps"]
-    assert "data/processed" not in deps and not any("_Y" in d for d in deps), deps
+    assert "results/${data.name}/data/processed" not in deps and not any("_Y" in d for d in deps), deps
     # a training stage reads what its plan names (plans/maclr.json: the pseudo pairs, test_split_hygiene)
-    assert stages["train"]["do"]["deps"] == ["plans/${key}.json"]
+    assert stages["train"]["do"]["deps"] == ["results/${data.name}/plans/${key}.json"]
 
 
 def test_cluster_pool_holds_the_next_steps_instances():

@@ -289,6 +289,7 @@ def test_critical_validation_failure_fails_the_run_with_the_message(stack, deplo
     (data / "val.raw.txt").write_text("validation text\n")
     (data / "val_X_Y.txt").write_text("1 2\n0:1.0\n")
     set_param(deployed, "data.dataset_dir", str(data))
+    set_param(deployed, "data.name", "bad")   # another dataset: its own outputs folder
     set_param(deployed, "data.subsample", {"trn": 0, "tst": 0, "unit": "documents", "labels": "all"})
     from prefect.deployments import run_deployment
     from prefect.settings import temporary_settings
@@ -390,7 +391,7 @@ def test_deployment_parameters_outside_the_allow_list_are_refused(stack, deploye
     fr = wait_for_run(stack, fr.id, timeout=200)
     assert fr.state.is_failed() and "outside the allowed paths" in fr.state.message
     assert not (deployed / "batch/out.jsonl").exists()
-    # a model name is looked up under packages/ only: a package folder of that name in the worker's working
+    # a model name is looked up under the dataset's packages only: a package folder of that name in the worker's working
     # directory (the repository root) is not loaded
     shutil.copytree(results_of(deployed) / "packages/tfidf_knn", deployed / "stolen")
     (deployed / "batch" / "in.txt").write_text("the cat sat on the mat\n")
@@ -399,13 +400,14 @@ def test_deployment_parameters_outside_the_allow_list_are_refused(stack, deploye
             "input_path": "batch/in.txt", "output_path": "batch/out.jsonl", "repo_dir": str(deployed),
             "model": "stolen"}, timeout=0)
     fr = wait_for_run(stack, fr.id, timeout=200)
-    assert fr.state.is_failed() and "no package packages/stolen/" in fr.state.message, fr.state.message
+    pkgs = (results_of(deployed) / "packages").relative_to(deployed).as_posix()
+    assert fr.state.is_failed() and f"no package {pkgs}/stolen/" in fr.state.message, fr.state.message
     assert not (deployed / "batch/out.jsonl").exists()
     from flows.batch_predict import model_folder
 
     (results_of(deployed) / "packages/linked").symlink_to(deployed / "stolen")
     try:
-        for spec in ("linked", "packages/linked", "packages/../stolen", "../stolen"):
+        for spec in ("linked", f"{pkgs}/linked", f"{pkgs}/../../../stolen", "../stolen", "results/x"):
             with pytest.raises(ParameterRefused, match="outside|must be under"):
                 model_folder(spec, deployed)
     finally:
@@ -451,10 +453,12 @@ def test_nightly_run_keeps_packages_promotes_through_the_gate_and_batch_predicts
     run(["dvc", "remote", "add", "-f", "-d", "local", str(tmp_path / "remote")], deployed)
     # the data of the module's repository (the validation-failure test points it at a broken dataset)
     set_param(deployed, "data.dataset_dir", str(SEMCOR))
+    set_param(deployed, "data.name", SEMCOR.name)
     set_param(deployed, "data.subsample", {"trn": 2, "tst": 1, "unit": "documents", "labels": "all"})
     set_param(deployed, "registry.promote", ["tfidf_knn"])
     dvc = yaml.safe_load((deployed / "dvc.yaml").read_text())
-    dvc["artifacts"]["tfidf_knn"] = {"path": "packages/tfidf_knn", "type": "model"}   # the registry versions it
+    pkgs = (results_of(deployed) / "packages").relative_to(deployed).as_posix()
+    dvc["artifacts"]["tfidf_knn"] = {"path": f"{pkgs}/tfidf_knn", "type": "model"}   # the registry versions it
     (deployed / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
     run(["git", "add", "-A"], deployed)
     run(["git", "commit", "-qm", "promote tfidf_knn nightly"], deployed)
@@ -469,10 +473,13 @@ def test_nightly_run_keeps_packages_promotes_through_the_gate_and_batch_predicts
     files = subprocess.run(["git", "show", "--name-only", "--format=", "HEAD"], cwd=deployed, capture_output=True,
                            text=True).stdout.split()
     assert "dvc.lock" in files, files
-    assert not [f for f in files if f.startswith(("packages/", "models/", "predictions/"))]   # those are DVC's
+    res = results_of(deployed).relative_to(deployed).as_posix()
+    assert f"{res}/metrics/tfidf_knn.json" in files, files
+    assert not [f for f in files if f.startswith(tuple(f"{res}/{d}/" for d in ("packages", "models", "predictions")))]
     # every result path is committed: nothing of them is left modified or untracked
-    left = subprocess.run(["git", "status", "--porcelain", "--", "dvc.lock", "metrics", "metrics_val", "reports",
-                           "plots/eval"], cwd=deployed, capture_output=True, text=True).stdout
+    left = subprocess.run(["git", "status", "--porcelain", "--", "dvc.lock", *[f"{res}/{d}" for d in (
+        "dataset.json", "metrics", "metrics_val", "reports", "plots/eval")]], cwd=deployed, capture_output=True,
+        text=True).stdout
     assert left == "", left
     assert list((tmp_path / "remote").rglob("*")), "nothing pushed to the remote"
     arts = _client_call(stack, lambda c: c.read_artifacts())

@@ -42,7 +42,8 @@ def repo(tmp_path_factory):
                                                "xr_linear": {}, "graph.wordnet_dir": str(WORDNET)})
     # the registry versions tfidf_knn: an artifact of dvc.yaml; label_prior and tfidf_zeroshot are packages only
     dvc = yaml.safe_load((r / "dvc.yaml").read_text())
-    dvc["artifacts"]["tfidf_knn"] = {"path": "packages/tfidf_knn", "type": "model"}
+    dvc["artifacts"]["tfidf_knn"] = {"path": (results_of(r) / "packages/tfidf_knn").relative_to(r).as_posix(),
+                                      "type": "model"}
     (r / "dvc.yaml").write_text(yaml.safe_dump(dvc, sort_keys=False))
     run(["dvc", "remote", "add", "-d", "local", str(base / "remote")], r)
     commit(r, "tfidf_knn is an artifact")
@@ -65,18 +66,24 @@ def test_gate_decisions():
     assert not gate({"metrics": {}}, None, cfg).promote                  # no validation metrics: refused
 
 
+P = "results/toy/packages"   # the workspace packages of the dataset the params below name
+
+
 def _workspace(tmp_path: Path) -> Path:
-    """A repository layout (dvc.yaml with artifacts, .dvc/, params.yaml, packages/) without any DVC run: what
-    resolve() reads to turn a bare name into a folder."""
+    """A repository layout (dvc.yaml with artifacts, .dvc/, params.yaml, results/toy/packages/) without any DVC
+    run: what resolve() reads to turn a bare name into a folder."""
     root = tmp_path / "ws"
     (root / ".dvc").mkdir(parents=True)
     (root / "dvc.yaml").write_text(yaml.safe_dump({"stages": {}, "artifacts": {
-        "astra": {"path": "packages/astra", "type": "model"},
+        "astra": {"path": f"{P}/astra", "type": "model"},
         "elsewhere": {"path": "exported/elsewhere", "type": "model"}}}))
-    (root / "params.yaml").write_text(yaml.safe_dump({"runs": {"astra": {"method": "astra"},
+    (root / "params.yaml").write_text(yaml.safe_dump({"data": {"dataset_dir": "../datasets/toy"},
+                                                      "runs": {"astra": {"method": "astra"},
                                                                "tfidf_knn": {"method": "tfidf_knn"}},
                                                       "hybrids": {"astra_hybrid": {"base": "astra"}}}))
-    for rel in ("packages/tfidf_knn", "packages/astra_hybrid", "exported/elsewhere", "tfidf_zeroshot"):
+    # another dataset's package of the same name: never what a bare name resolves to here
+    for rel in (f"{P}/tfidf_knn", f"{P}/astra_hybrid", "exported/elsewhere", "tfidf_zeroshot",
+                "results/other/packages/tfidf_knn"):
         (root / rel).mkdir(parents=True)
         (root / rel / "manifest.json").write_text("{}")
     return root
@@ -86,19 +93,20 @@ def test_bare_names_resolve_to_the_workspace_packages_artifact_or_not(tmp_path, 
     root = _workspace(tmp_path)
     monkeypatch.chdir(root)
     monkeypatch.delenv("XMC_REPO_DIR", raising=False)
+    assert results_of(root) == root / "results/toy"
     assert resolve("tfidf_knn", root) == results_of(root) / "packages/tfidf_knn"          # not an artifact: still its package
     assert resolve("astra_hybrid", root) == results_of(root) / "packages/astra_hybrid"
     assert resolve("elsewhere", root) == root / "exported/elsewhere"          # an artifact's own path
-    with pytest.raises(ConfigError, match=r"'astra' is not in the workspace: `dvc pull packages/astra` .*"
+    with pytest.raises(ConfigError, match=rf"'astra' is not in the workspace: `dvc pull {P}/astra` .*"
                                           r"`dvc repro package@astra` builds it"):
         resolve("astra", root)
     # a folder of the working directory: a path for the CLI, never for a registry-name-only lookup
     assert resolve("tfidf_zeroshot", root) == Path("tfidf_zeroshot")
-    with pytest.raises(ConfigError, match=r"no package packages/tfidf_zeroshot/ .* no artifact 'tfidf_zeroshot'"):
+    with pytest.raises(ConfigError, match=rf"no package {P}/tfidf_zeroshot/ .* no artifact 'tfidf_zeroshot'"):
         resolve("tfidf_zeroshot", root, paths=False)
     # versions and stages exist only for artifacts
     with pytest.raises(ConfigError, match="'tfidf_knn' is not an artifact of .*, so it has no stage 'prod' "
-                                          r"\(its workspace package is packages/tfidf_knn/\)"):
+                                          rf"\(its workspace package is {P}/tfidf_knn/\)"):
         resolve("tfidf_knn#prod", root)
     with pytest.raises(ConfigError, match="so it has no version v1.2.3"):
         resolve("tfidf_knn@v1.2.3", root)
@@ -108,27 +116,30 @@ def test_bare_names_resolve_to_the_workspace_packages_artifact_or_not(tmp_path, 
     assert rows["astra"]["artifact"] and not rows["astra"]["workspace"] and rows["astra"]["stage"] == "package@astra"
     assert rows["astra_hybrid"]["stage"] == "fuse@astra_hybrid" and rows["elsewhere"]["path"] == "exported/elsewhere"
     text = format_listing(listing(root, "astra"))
-    assert "no (dvc pull packages/astra, or dvc repro package@astra)" in text and "tfidf_knn" not in text
+    assert f"no (dvc pull {P}/astra, or dvc repro package@astra)" in text and "tfidf_knn" not in text
     with pytest.raises(ConfigError, match="'nope': no artifact of that name"):
         listing(root, "nope")
 
 
 def test_the_batch_flow_loads_only_packages_under_packages(tmp_path, monkeypatch):
-    """The batch-prediction flow's lookup: a name is packages/<name>/ or nothing; an artifact whose path lies
-    elsewhere, a folder of the working directory or a symlink out of packages/ is refused."""
+    """The batch-prediction flow's lookup: a name is results/<data.name>/packages/<name>/ or nothing; a folder
+    must lie under some dataset's results/<name>/packages/; an artifact whose path lies elsewhere, a folder of the
+    working directory or a symlink out of the packages is refused."""
     from flows.batch_predict import model_folder
     from flows.guard import ParameterRefused
 
     root = _workspace(tmp_path)
     monkeypatch.chdir(root)
     assert model_folder("tfidf_knn", root) == results_of(root) / "packages/tfidf_knn"
-    assert model_folder("packages/astra_hybrid", root) == (results_of(root) / "packages/astra_hybrid").resolve()
+    assert model_folder(f"{P}/astra_hybrid", root) == (results_of(root) / "packages/astra_hybrid").resolve()
+    other = root / "results/other/packages/tfidf_knn"
+    assert model_folder("results/other/packages/tfidf_knn", root) == other.resolve()   # a folder: any dataset's
     with pytest.raises(ParameterRefused, match="outside"):
         model_folder("elsewhere", root)
-    with pytest.raises(ConfigError, match="no package packages/tfidf_zeroshot/"):
+    with pytest.raises(ConfigError, match=f"no package {P}/tfidf_zeroshot/"):
         model_folder("tfidf_zeroshot", root)
     (results_of(root) / "packages/linked").symlink_to(root / "tfidf_zeroshot")
-    for spec in ("linked", "packages/linked", "exported/elsewhere", "packages/../tfidf_zeroshot"):
+    for spec in ("linked", f"{P}/linked", "exported/elsewhere", f"{P}/../../../tfidf_zeroshot", "results/toy"):
         with pytest.raises(ParameterRefused):
             model_folder(spec, root)
 
@@ -148,7 +159,7 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     # a package that is no artifact is not versioned
     p = xmc_in(repo, "promote", "label_prior")
     assert p.returncode == 2 and "no artifact 'label_prior'" in p.stderr, p.stderr
-    # ... but its name loads it from packages/
+    # ... but its name loads it from the dataset's packages
     (repo / "in.txt").write_text("he went to the bank to deposit his money\n")
     p = xmc_in(repo, "predict", "label_prior", "-k", "2", "--input", "in.txt")
     assert p.returncode == 0 and len(json.loads(p.stdout)["labels"]) == 2, p.stderr
@@ -176,11 +187,12 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     clone = tmp_path / "clone"
     run(["git", "clone", "-q", str(repo), str(clone)], tmp_path)
     p = xmc_in(clone, "predict", "tfidf_knn", "--input", "-")
-    assert p.returncode == 2 and "dvc pull packages/tfidf_knn" in p.stderr
-    run(["dvc", "pull", "packages/tfidf_knn"], clone)
+    pkg = (results_of(clone) / "packages/tfidf_knn").relative_to(clone).as_posix()
+    assert p.returncode == 2 and f"dvc pull {pkg}" in p.stderr
+    run(["dvc", "pull", pkg], clone)
     (clone / "in.txt").write_text("he went to the bank to deposit his money\n")
     p = xmc_in(clone, "predict", "tfidf_knn", "-k", "3", "--input", "in.txt", cache=tmp_path / "c2")
     assert p.returncode == 0 and len(json.loads(p.stdout)["labels"]) == 3, p.stderr
-    assert not (results_of(clone) / "models").exists() and not (clone / "data").exists()  # nothing trained
+    assert not (results_of(clone) / "models").exists() and not (results_of(clone) / "data").exists()  # nothing trained
     p = xmc_in(clone, "predict", "#prod", "-k", "3", "--input", "in.txt", cache=tmp_path / "c2")
     assert p.returncode == 0 and len(json.loads(p.stdout)["labels"]) == 3, p.stderr

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.pipeline_repo import SEMCOR, write_semcor_slice, results_of
+from tests.pipeline_repo import SEMCOR, write_semcor_slice
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ("xmc.trainer", "xmc.methods", "xmc.negatives", "xmc.losses", "xmc.maclr.train", "xmc.api", "lab")
@@ -65,9 +65,9 @@ def packages(tmp_path_factory):
     fuse(params, "astra_hybrid", ["astra"], ws)
     fuse(params, "ensemble_hybrid", ["astra", "unidec", "tfidf_knn"], ws)
     kinds = {}
-    for p in sorted((ws.results_of(root) / "packages").iterdir()):
+    for p in sorted((ws.root / "packages").iterdir()):
         kinds[p.name] = json.loads((p / "manifest.json").read_text())["predictor"]["kind"]
-    return ws.results_of(root) / "packages", kinds
+    return ws.root / "packages", kinds
 
 
 def test_every_package_kind_is_built(packages):

@@ -47,10 +47,10 @@ def repo(tmp_path_factory):
 
     ds = XMCDataset(label_uids=[f"L{i}" for i in range(4)], label_texts=labels, trn=split(list(range(len(texts)))),
                     val=split(list(range(12))), tst=split(list(range(12, 24))), meta={"content_sha256": "x"})
-    save_processed(ds, results_of(root) / "data/processed")
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     params["xr_linear"]["xr_linear"].update({"nr_splits": 2, "max_leaf_size": 2, "threads": 1})
     (root / "params.yaml").write_text(yaml.safe_dump(params))
+    save_processed(ds, results_of(root) / "data/processed")
     (root / "lab").mkdir()
     (root / "lab/params.yaml").write_text((ROOT / "lab/params.yaml").read_text())
     fit_tfidf(ds.trn.texts, ds.val.texts, ds.label_texts, params["tfidf"]).save(results_of(root) / "data/tfidf")
@@ -110,10 +110,10 @@ def test_the_peer_environment_transforms_texts_like_the_main_one(repo):
     code = ("import scipy.sparse as sp; from xmc.baselines import TfidfFeatures; from xmc.data import load_processed;"
             "f = TfidfFeatures.load('data/tfidf'); ds = load_processed('data/processed', splits=('trn', 'val'));"
             "sp.save_npz('X_val_peer.npz', f.transform(ds.val.texts))")
-    p = subprocess.run([str(PECOS_PY), "-c", code], cwd=repo, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    p = subprocess.run([str(PECOS_PY), "-c", code], cwd=results_of(repo), env={**os.environ, "PYTHONPATH": str(ROOT)},
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr[-2000:]
-    a, b = sp.load_npz(repo / "X_val_peer.npz").tocsr(), sp.load_npz(results_of(repo) / "data/tfidf/X_val.npz").tocsr()
+    a, b = sp.load_npz(results_of(repo) / "X_val_peer.npz").tocsr(), sp.load_npz(results_of(repo) / "data/tfidf/X_val.npz").tocsr()
     assert a.shape == b.shape and abs(a - b).max() < 1e-6
 
 

@@ -234,12 +234,24 @@ def used_token_ids(tokenizer: Any, roots: list[Path]) -> set[int]:
     return ids
 
 
-def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path = ROOT, preset: int = 6,
+def product_root() -> Path:
+    """The product's outputs of the dataset ROOT/params.yaml names: ROOT/results/<data.name>/ (its data/ is what
+    a lease carries, and its evaluation/ the CPU peers a GPU run is compared with)."""
+    import yaml
+
+    from xmc.workspace import RESULTS, results_name
+
+    data = (yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
+    return ROOT / RESULTS / results_name(data)
+
+
+def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path | None = None, preset: int = 6,
          data_dirs: list[str] | None = None, faiss_gpu: bool = False) -> dict[str, Any]:
     """``.gpu/``: data.tar.xz, minilm/ (float16 weights, int8 used embedding rows, xz), wheels/ (what the GPU
     image lacks). ``data_dirs``: only these of :data:`DATA_DIRS` (a lease that runs some methods; the carry limit).
     ``faiss_gpu``: faiss-gpu (``faiss_gpu.tar.xz``, see :func:`pack_faiss_gpu`) in place of the faiss-cpu wheel."""
     data_dirs = list(data_dirs or DATA_DIRS)
+    data_root = data_root or product_root()
     import numpy as np
     import torch
     from safetensors.torch import load_file, save
@@ -644,7 +656,7 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("pack", help="here: .gpu/ with the data, MiniLM and wheels to carry")
     p.add_argument("--dest", type=Path, default=CARRY)
     p.add_argument("--no-wheels", action="store_true")
-    p.add_argument("--data-root", type=Path, default=ROOT, help="the project folder whose data/ is packed")
+    p.add_argument("--data-root", type=Path, default=None, help="the folder whose data/ is packed (default: results/<data.name>/)")
     p.add_argument("--data-dirs", default=",".join(DATA_DIRS), help="which of the data folders (comma-separated)")
     p.add_argument("--faiss-gpu", action="store_true", help="faiss-gpu-cu12 + a cuBLAS 12 shim, not faiss-cpu")
     r = sub.add_parser("run", help="on the GPU machine")
@@ -704,11 +716,13 @@ def bench_json() -> Path:
 
 
 def cpu_contributions(name: str, split: str = "tst") -> Path:
-    """A CPU run's per-instance file: the product's (``evaluation/``) or a lab run's (``lab/runs/<name>/``)."""
+    """A CPU run's per-instance file: the product's (``results/<data.name>/evaluation/``) or a lab run's
+    (``lab/results/<data.name>/runs/<name>/``)."""
     from xmc.workspace import Workspace
 
-    product = Workspace(ROOT).contributions(name, split)
-    lab = Workspace(ROOT / "lab" / "runs" / name).contributions(name, split)
+    root = product_root()
+    product = Workspace(root).contributions(name, split)
+    lab = Workspace(ROOT / "lab" / root.relative_to(ROOT) / "runs" / name).contributions(name, split)
     return product if product.exists() or not lab.exists() else lab
 
 
@@ -734,6 +748,8 @@ def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = No
     no predictions of ``variant`` or neither params file has a hybrid of it. Returns the metrics of both splits and
     the folder of the evaluation files."""
     from xmc.config import load_params
+    from xmc.data import load_processed
+    from xmc.evaluation import evaluate_and_write
     from xmc.package.fuse import SUFFIX, fuse
     from xmc.workspace import Workspace
 
@@ -751,6 +767,15 @@ def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = No
             tar.extractall(ws.root, filter=lambda m, dest: tarfile.data_filter(m, dest)
                            if m.name.startswith("data/processed") else None)
     shutil.copytree(pred, ws.predictions(variant), dirs_exist_ok=True)
+    # the base's per-instance terms (the hybrid's by-name-match table subsets them): the call's own evaluation
+    # (the device evaluated the carried data), else an evaluation here
+    brought = {s: call_dir / "evaluation" / s / f"{variant}.npz" for s in ("val", "tst")}
+    if all(f.is_file() for f in brought.values()):
+        for s, f in brought.items():
+            ws.contributions(variant, s).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, ws.contributions(variant, s))
+    else:
+        evaluate_and_write(ws, variant, load_processed(ws.processed), ("val", "tst"), params)
     hybrid = variant + SUFFIX
     summary = fuse(params, hybrid, [variant], ws, zero_shot=entry["fusion"] == "zero_shot", splits=("val", "tst"),
                    with_package=False)

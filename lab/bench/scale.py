@@ -35,6 +35,7 @@ from typing import Any
 import yaml
 
 from xmc.io import stage_from_address
+from xmc.workspace import product_workspace
 
 ROOT = Path(__file__).resolve().parents[2]   # the repository
 BENCH = Path(__file__).resolve().parent
@@ -114,6 +115,7 @@ def make_workspace(dest: Path, dataset_dir: Path, overrides: dict[str, Any], ref
             shutil.copy2(src, dest / name)
     params = yaml.safe_load((dest / "params.yaml").read_text())
     _set(params, "data.dataset_dir", str(dataset_dir.resolve()))
+    _set(params, "data.name", dataset_dir.name)   # its outputs: results/<folder name>/
     _set(params, "data.subsample", {"trn": 0, "tst": 0, "val": 0, "unit": "documents", "labels": "all"})
     for k, v in overrides.items():
         _set(params, k, v)
@@ -326,6 +328,7 @@ def outcomes(repo: Path) -> dict[str, Any]:
     """Test P@1/P@5/R@100 per method, and per approximate prediction index its kind, the search width its
     calibration chose and the recall@100 against exact search (``predictions/<run>/timing.json``)."""
     metrics, indexes = {}, {}
+    repo = product_workspace(yaml.safe_load((repo / "params.yaml").read_text()), repo).root
     for m in METHODS:
         f = repo / "metrics" / f"{m}.json"
         if f.is_file():
