@@ -288,15 +288,19 @@ def test_critical_validation_failure_fails_the_run_with_the_message(stack, deplo
     # a shipped validation split: nothing is carved out of the two training instances (one has no label)
     (data / "val.raw.txt").write_text("validation text\n")
     (data / "val_X_Y.txt").write_text("1 2\n0:1.0\n")
+    kept = (deployed / "params.yaml").read_text()
     set_param(deployed, "data.dataset_dir", str(data))
     set_param(deployed, "data.name", "bad")   # another dataset: its own outputs folder
     set_param(deployed, "data.subsample", {"trn": 0, "tst": 0, "unit": "documents", "labels": "all"})
     from prefect.deployments import run_deployment
     from prefect.settings import temporary_settings
 
-    with temporary_settings(stack.settings()):
-        fr = run_deployment("xmc-data-validation/data-validation", timeout=0)
-    fr = wait_for_run(stack, fr.id, timeout=300)
+    try:
+        with temporary_settings(stack.settings()):
+            fr = run_deployment("xmc-data-validation/data-validation", timeout=0)
+        fr = wait_for_run(stack, fr.id, timeout=300)
+    finally:
+        (deployed / "params.yaml").write_text(kept)   # the module's dataset again, for the tests after this one
     assert fr.state.is_failed()
     assert "data validation failed: trn: every training instance has at least one label (1 unexpected)" in fr.state.message
 
@@ -451,9 +455,12 @@ def test_nightly_run_keeps_packages_promotes_through_the_gate_and_batch_predicts
     from tests.pipeline_repo import run
 
     run(["dvc", "remote", "add", "-f", "-d", "local", str(tmp_path / "remote")], deployed)
-    # the data of the module's repository (the validation-failure test points it at a broken dataset)
+    # the data of the module's repository (the validation-failure test ran on a dataset of its own)
     set_param(deployed, "data.dataset_dir", str(SEMCOR))
     set_param(deployed, "data.name", SEMCOR.name)
+    # new results for the nightly run to keep: the bootstrap's seed moves every interval (a run on an unchanged
+    # workspace has nothing to commit)
+    set_param(deployed, "evaluate.bootstrap.seed", 1)
     set_param(deployed, "data.subsample", {"trn": 2, "tst": 1, "unit": "documents", "labels": "all"})
     set_param(deployed, "registry.promote", ["tfidf_knn"])
     dvc = yaml.safe_load((deployed / "dvc.yaml").read_text())
