@@ -17,14 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from xmc.config import load_params, run_entry_point
-from xmc.config.params import dataset_name, product_names
+from xmc.config.params import product_names
 from xmc.config.runs import resolve_runs
 from xmc.errors import ConfigError
 from xmc.io import atomic_file, read_json_file, write_json
 from xmc.metrics.bootstrap import bootstrap_settings
 from xmc.report import (comparison_rows, paired_comparisons, render_figures, render_html, render_markdown,
                         render_plots_page, supervision)
-from xmc.workspace import product_workspace
+from xmc.workspace import dataset_name, product_workspace
 
 
 def main() -> None:

@@ -17,16 +17,19 @@ RESULTS = Path("results")   # the product's outputs: results/<data.name>/
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
 
+def dataset_name(data: dict[str, Any]) -> str:
+    """The name a report gives the data of params ``data``: the dataset folder's, ``+<catalogue folder>`` with an
+    open label space (``semcor-wn30+wordnet30``)."""
+    name = Path(data["dataset_dir"]).name
+    if data.get("open_labels"):
+        cat = Path(data["open_labels"])
+        name += f"+{cat.parent.name or cat.stem}"
+    return name
+
+
 def results_name(data: dict[str, Any]) -> str:
-    """The name the outputs of params ``data`` are kept under: ``data.name``, else the dataset folder's name
-    (``+<catalogue folder>`` with an open label space, as the report names it)."""
-    name = data.get("name")
-    if not name:
-        name = Path(data["dataset_dir"]).name
-        if data.get("open_labels"):
-            cat = Path(data["open_labels"])
-            name += f"+{cat.parent.name or cat.stem}"
-    return str(name)
+    """The name the outputs of params ``data`` are kept under: ``data.name``, else :func:`dataset_name`."""
+    return str(data.get("name") or dataset_name(data))
 
 
 def product_workspace(params: dict[str, Any], repo: str | Path = ".") -> "Workspace":
@@ -122,4 +125,4 @@ class Workspace:
         return self.root / "reports"
 
 
-__all__ = ["NAME", "RESULTS", "Workspace", "product_workspace", "results_name"]
+__all__ = ["NAME", "RESULTS", "Workspace", "dataset_name", "product_workspace", "results_name"]

@@ -5,11 +5,11 @@ one line ``params.yaml:<line>: <key path>: <problem>``."""
 from __future__ import annotations
 
 import difflib
-from pathlib import Path
 from typing import Any
 
 from xmc.config.runs import resolve_runs
 from xmc.config.schema import ParamsConfig, ParamsError, _check
+
 
 def validate_params(raw: Any) -> dict[str, Any]:
     """``params.yaml`` (parsed) -> the same tree, typed and with defaults filled, every run resolved against its
@@ -26,16 +26,6 @@ def validate_params(raw: Any) -> dict[str, Any]:
     if problems:
         raise ParamsError(problems)
     return p
-
-
-def dataset_name(data: dict[str, Any]) -> str:
-    """The name a report gives the data of params ``data``: the dataset folder's, ``+<catalogue folder>`` with an
-    open label space (``semcor-wn30+wordnet30``)."""
-    name = Path(data["dataset_dir"]).name
-    if data.get("open_labels"):
-        cat = Path(data["open_labels"])
-        name += f"+{cat.parent.name or cat.stem}"
-    return name
 
 
 def product_names(p: dict[str, Any]) -> list[str]:

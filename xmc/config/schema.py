@@ -21,6 +21,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_serializer, model_validator
 
 from xmc.errors import ConfigError
+from xmc.workspace import NAME
 
 PosInt = Annotated[int, Field(gt=0)]
 NonNegInt = Annotated[int, Field(ge=0)]
@@ -85,7 +86,7 @@ class DataConfig(Section):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$", v):
+        if v is not None and not NAME.match(v):
             raise ValueError("must be a folder name: letters, digits and . _ + - (not starting with one of these)")
         return v
 
