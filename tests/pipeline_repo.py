@@ -90,9 +90,9 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
 
 def results_of(repo: Path) -> Path:
     """The product's outputs of the dataset ``repo``'s params.yaml names: results/<data.name>/."""
-    from xmc.workspace import RESULTS, results_name
+    from xmc.workspace import results_dir
 
-    return repo / RESULTS / results_name(yaml.safe_load((repo / "params.yaml").read_text())["data"])
+    return results_dir(repo / "params.yaml")
 
 
 def lab_results_of(repo: Path) -> Path:

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from xmc.errors import ConfigError
+
 RESULTS = Path("results")   # the product's outputs: results/<data.name>/
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
 
@@ -35,6 +39,19 @@ def results_name(data: dict[str, Any]) -> str:
 def product_workspace(params: dict[str, Any], repo: str | Path = ".") -> "Workspace":
     """The product pipeline's workspace of the dataset of ``params`` (``params["data"]``): results/<name>/."""
     return Workspace(Path(repo) / RESULTS / results_name(params["data"]))
+
+
+def results_dir(params_file: str | Path) -> Path:
+    """results/<data.name>/ beside ``params_file``, read from the file's ``data`` section as written (no schema, no
+    import of the pipeline's code: what a recipe, the registry or a benchmark needs to find the outputs)."""
+    path = Path(params_file)
+    try:
+        data = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("data")
+    except (OSError, yaml.YAMLError, AttributeError) as e:
+        raise ConfigError(f"{path}: unreadable ({(str(e).splitlines() or [type(e).__name__])[0][:120]})") from None
+    if not isinstance(data, dict) or not data.get("dataset_dir"):
+        raise ConfigError(f"{path}: no data.dataset_dir, so no dataset whose outputs to look up")
+    return path.parent / RESULTS / results_name(data)
 
 
 @dataclass(frozen=True)
@@ -125,4 +142,4 @@ class Workspace:
         return self.root / "reports"
 
 
-__all__ = ["NAME", "RESULTS", "Workspace", "dataset_name", "product_workspace", "results_name"]
+__all__ = ["NAME", "RESULTS", "Workspace", "dataset_name", "product_workspace", "results_dir", "results_name"]

@@ -237,12 +237,9 @@ def used_token_ids(tokenizer: Any, roots: list[Path]) -> set[int]:
 def product_root() -> Path:
     """The product's outputs of the dataset ROOT/params.yaml names: ROOT/results/<data.name>/ (its data/ is what
     a lease carries, and its evaluation/ the CPU peers a GPU run is compared with)."""
-    import yaml
+    from xmc.workspace import results_dir
 
-    from xmc.workspace import RESULTS, results_name
-
-    data = (yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8")) or {}).get("data") or {}
-    return ROOT / RESULTS / results_name(data)
+    return results_dir(ROOT / "params.yaml")
 
 
 def pack(dest: Path = CARRY, wheels: bool = True, data_root: Path | None = None, preset: int = 6,

@@ -35,7 +35,7 @@ from typing import Any
 import yaml
 
 from xmc.io import stage_from_address
-from xmc.workspace import product_workspace
+from xmc.workspace import results_dir
 
 ROOT = Path(__file__).resolve().parents[2]   # the repository
 BENCH = Path(__file__).resolve().parent
@@ -328,7 +328,7 @@ def outcomes(repo: Path) -> dict[str, Any]:
     """Test P@1/P@5/R@100 per method, and per approximate prediction index its kind, the search width its
     calibration chose and the recall@100 against exact search (``predictions/<run>/timing.json``)."""
     metrics, indexes = {}, {}
-    repo = product_workspace(yaml.safe_load((repo / "params.yaml").read_text()), repo).root
+    repo = results_dir(repo / "params.yaml")
     for m in METHODS:
         f = repo / "metrics" / f"{m}.json"
         if f.is_file():

@@ -14,24 +14,10 @@ import argparse
 import re
 import sys
 from pathlib import Path
-from typing import Any
-
-import yaml
 
 from xmc.errors import ConfigError
 from xmc.io import atomic_file
-from xmc.workspace import results_name
-
-
-def read_data_section(params_path: str | Path) -> dict[str, Any]:
-    """The ``data`` section of ``params_path`` as written (no schema: this runs in recipes, and must be quick)."""
-    try:
-        data = (yaml.safe_load(Path(params_path).read_text(encoding="utf-8")) or {}).get("data") or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise SystemExit(f"error: {params_path}: unreadable ({str(e).splitlines()[0][:120]})") from None
-    if not data.get("dataset_dir"):
-        raise SystemExit(f"error: {params_path}: no data.dataset_dir")
-    return data
+from xmc.workspace import results_dir
 
 _DATA_KEY = re.compile(r"^data:\s*(#.*)?$")
 
@@ -89,7 +75,11 @@ def main(argv: list[str] | None = None) -> None:
                     "dataset folder's name)")
     args = ap.parse_args(argv)
     if args.show_name:
-        print(results_name(read_data_section(args.params)))
+        try:
+            print(results_dir(args.params).name)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
         return
     if not args.dataset:
         ap.error("a dataset folder or name is needed (or --show-name)")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from xmc.errors import ConfigError
-from xmc.workspace import RESULTS, results_name
+from xmc.workspace import results_dir
 
 SPEC = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)?(?:#(?P<stage>[a-z0-9_-]+)|@(?P<version>v\d+\.\d+\.\d+))?$")
 
@@ -70,10 +70,7 @@ def _params(root: Path) -> dict[str, Any]:
 def packages_dir(root: Path) -> str:
     """The workspace's packages, relative to the repository: results/<data.name>/packages (the pipeline's package@
     and fuse@ stages write ``<that>/<name>/``), for the dataset params.yaml names."""
-    data = _params(root).get("data")
-    if not isinstance(data, dict) or not data.get("dataset_dir"):
-        raise ConfigError(f"{root / 'params.yaml'}: no data.dataset_dir, so no dataset whose packages to look up")
-    return (RESULTS / results_name(data) / "packages").as_posix()
+    return (results_dir(root / "params.yaml").relative_to(root) / "packages").as_posix()
 
 
 def _looks_like_path(spec: str) -> bool:
