@@ -481,7 +481,9 @@ def test_nightly_run_keeps_packages_promotes_through_the_gate_and_batch_predicts
                            text=True).stdout.split()
     assert "dvc.lock" in files, files
     res = results_of(deployed).relative_to(deployed).as_posix()
-    assert f"{res}/metrics/tfidf_knn.json" in files, files
+    # which runs' figures move with the bootstrap's seed depends on the slice (one test document: no interval
+    # moves); that some did and that every moved one is committed is what the nightly run owes
+    assert [f for f in files if f.startswith(f"{res}/metrics/") and f.endswith(".json")], files
     assert not [f for f in files if f.startswith(tuple(f"{res}/{d}/" for d in ("packages", "models", "predictions")))]
     # every result path is committed: nothing of them is left modified or untracked
     left = subprocess.run(["git", "status", "--porcelain", "--", "dvc.lock", *[f"{res}/{d}" for d in (
