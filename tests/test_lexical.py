@@ -203,7 +203,7 @@ def _fuse_params(**hybrid):
             "index": filled(IndexConfig, {"kind": "exact"}, "index")}
 
 
-def _fuse_workspace(root, tst_texts, tst_gold, trn_gold, runs):
+def _fuse_workspace(root, tst_texts, tst_gold, trn_gold, runs, trn_texts=None):
     """A processed dataset of WORDNET_STYLE labels in ``root`` and, for each run (name -> bag-of-words seed), its
     package and its validation and test top-5 (what a package stage writes): the inputs of a fuse stage."""
     import xmc
@@ -224,7 +224,7 @@ def _fuse_workspace(root, tst_texts, tst_gold, trn_gold, runs):
         return sp.csr_matrix((np.ones(len(rows)), (rows, [c for g in gold for c in g])), shape=(len(gold), n_l))
 
     ds = XMCDataset(uids, WORDNET_STYLE,
-                    Split([f"t{i}" for i in range(len(trn_gold))], [f"x{i}" for i in range(len(trn_gold))],
+                    Split([f"t{i}" for i in range(len(trn_gold))], trn_texts or [f"x{i}" for i in range(len(trn_gold))],
                           Y(trn_gold), [f"d{i}" for i in range(len(trn_gold))]),
                     Split([f"s{i}" for i in range(len(tst_texts))], tst_texts, Y(tst_gold),
                           [f"e{i}" for i in range(len(tst_texts))]), meta={"layout": "test"},
@@ -267,7 +267,7 @@ def test_zero_shot_fusion_does_not_depend_on_the_training_labels(tmp_path):
         ws, uids, _ = _fuse_workspace(root, tst_texts, [[1, 8], [0]], trn_gold, {"base": 0})
         summary = fuse(params, "base_zs_hybrid", ["base"], ws, zero_shot=True)
         assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all",
-                                                                                  "against_base"}
+                                                                                  "against_base", "first_bonus"}
         w = dict(zip(summary["fusion"]["features"], summary["fusion"]["weights"]))
         assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
         out = ws.predictions("base_zs_hybrid")
@@ -350,7 +350,7 @@ def test_name_match_negatives_are_the_named_labels_minus_the_positives():
 def test_ensemble_fusion_learns_which_member_to_trust():
     """Two runs fused: one always ranks a wrong label first, the other ranks the true label first but lower in its
     own scores; fit on half the texts, the ensemble ranks the true label first on the other half, by the weight of
-    the second run's features (no label name is in these texts)."""
+    the second run's rank (no label name is in these texts)."""
     from xmc.lexical.hybrid import hybrid_features
 
     rng = np.random.default_rng(0)
@@ -369,7 +369,8 @@ def test_ensemble_fusion_learns_which_member_to_trust():
     assert table.X.shape[1] == len(ranker.features)
     ranker.weights = fit_fusion(table, Y[half], features=ranker.features)
     w = dict(zip(ranker.features, ranker.weights.weights))
-    assert w["b:method_score"] > w["a:method_score"]
+    # the second run's order is what the fusion trusts: a better (lower) rank there raises the score, not in the first
+    assert w["b:method_rank"] < w["a:method_rank"] - 1.0
     rest = slice(n // 2, n)
     _, R = ranker.rank_many(texts[rest], [(D_a[rest], I_a[rest]), (D_b[rest], I_b[rest])], 3)
     assert (R[:, 0] == gold[rest]).all()
@@ -391,8 +392,8 @@ def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
     params = _fuse_params()
     params["label_names"]["cased_names"] = False
     summary = fuse(params, "ensemble_hybrid", ["one", "two"], ws)
-    assert summary["members"] == ["one", "two"] and summary["fusion"]["features"][:4] == [
-        "one:method_score", "one:method_retrieved", "two:method_score", "two:method_retrieved"]
+    assert summary["members"] == ["one", "two"] and summary["fusion"]["features"][:8] == [
+        f"{m}:{f}" for m in ("one", "two") for f in ("method_score", "method_retrieved", "method_rank", "method_gap")]
     assert summary["train_seconds"] >= 4.0 and summary["predict_seconds"] >= 1.0   # both members' costs
     out = ws.predictions("ensemble_hybrid")
     tst = TopK.load(out / "tst_topk.npz")
@@ -473,10 +474,12 @@ def _interaction_table(n_rows: int = 600, per_row: int = 12, seed: int = 0):
     and the sense prior matters only for a matched name (what a weighted sum cannot express)."""
     rng = np.random.default_rng(seed)
     n = n_rows * per_row
+    col = {f: HYBRID_FEATURES.index(f) for f in ("method_score", "method_retrieved", "matched", "log_sense_prior")}
     X = rng.normal(size=(n, len(HYBRID_FEATURES)))
-    X[:, 1] = (rng.random(n) < 0.8).astype(float)            # method_retrieved
-    X[:, 2] = (rng.random(n) < 0.3).astype(float)            # matched
-    logit = 2.5 * X[:, 2] * np.tanh(2 * X[:, 0]) + 1.5 * X[:, 2] * X[:, 7] - 1.0
+    X[:, col["method_retrieved"]] = (rng.random(n) < 0.8).astype(float)
+    X[:, col["matched"]] = (rng.random(n) < 0.3).astype(float)
+    matched = X[:, col["matched"]]
+    logit = 2.5 * matched * np.tanh(2 * X[:, col["method_score"]]) + 1.5 * matched * X[:, col["log_sense_prior"]] - 1.0
     y = rng.random(n) < 1 / (1 + np.exp(-logit))
     rows = np.repeat(np.arange(n_rows), per_row)
     labels = np.tile(np.arange(per_row), n_rows)
@@ -550,23 +553,27 @@ def _pair_features(match, lid, prior, mfs):
             float(np.log(prior[lid])), float(mfs[lid])]
 
 
-def _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count):
+def _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count, precision):
     """The table as first written, a (text, label) pair at a time: the reference the array version must equal."""
     rows, labels, feats = [], [], []
     for i, m in enumerate(matches):
-        retrieved, floors = [], []
+        retrieved, floors, bests = [], [], []
         for scores, ids in bases:
             ok = (ids[i] >= 0) & np.isfinite(scores[i])
             got = dict(zip(ids[i][ok].tolist(), scores[i][ok].tolist()))
             retrieved.append(got)
             floors.append((min(got.values()) - 1.0) if got else 0.0)
+            bests.append(max(got.values()) if got else 0.0)
         for lid in sorted(set(m).union(*retrieved)):
             rows.append(i)
             labels.append(lid)
             f = []
-            for got, floor in zip(retrieved, floors):
-                f += [got.get(lid, floor), float(lid in got)]
-            feats.append([*f, *_pair_features(m.get(lid), lid, prior, mfs), float(log_count[lid])])
+            for got, floor, best in zip(retrieved, floors, bests):
+                score = got.get(lid, floor)
+                rank = sum(v > score for v in got.values()) if lid in got else len(got)
+                f += [score, float(lid in got), float(np.log1p(rank)), best - score]
+            feats.append([*f, *_pair_features(m.get(lid), lid, prior, mfs),
+                          float(precision[lid]) if lid in m else 0.0, float(np.log1p(len(m))), float(log_count[lid])])
     return np.asarray(rows, np.int64), np.asarray(labels, np.int64), np.asarray(feats, np.float64)
 
 
@@ -587,13 +594,15 @@ def test_candidate_table_equals_the_pair_by_pair_definition_to_the_last_bit(matc
         ids[2, -1], scores[2, -1] = -1, -np.inf   # padding
         scores[3, 0] = np.inf                     # a non-finite score is not a retrieval
         ids[4, 1] = ids[4, 0]                     # a label listed twice: its last score counts
+        scores[5, 2] = scores[5, 1]               # a tie: both rank after the labels scored higher
         bases.append((scores, ids))
     counts = rng.integers(0, 5, n_labels).astype(np.float64)
     prior, mfs = matcher.sense_prior(counts)
     log_count = np.log1p(counts)
     matches = matcher.match_many(texts)
-    table = candidate_table(bases, matches, matcher, prior, mfs, log_count)
-    rows, labels, X = _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count)
+    precision = rng.uniform(0.0, 1.0, n_labels)
+    table = candidate_table(bases, matches, matcher, prior, mfs, log_count, precision)
+    rows, labels, X = _candidate_table_by_loops(bases, matches, matcher, prior, mfs, log_count, precision)
     assert np.array_equal(table.rows, rows) and np.array_equal(table.labels, labels)
     assert table.X.shape == X.shape and np.array_equal(table.X.view(np.int64), X.view(np.int64))
     with pytest.raises(ValueError, match="beyond the 9 labels"):
@@ -719,3 +728,114 @@ def test_the_fusion_is_fit_without_the_filtered_candidates():
     assert out.rows.tolist() == [0, 1, 1] and out.labels.tolist() == [2, 2, 3]
     assert out.X.tolist() == [[0, 1], [4, 5], [6, 7]]
     assert without_pairs(table, None) is table
+
+
+def test_name_match_precision_is_the_shrunk_share_of_matches_that_are_answers(matcher):
+    """name_match_precision: per label, (texts whose matches name it and have it for a true label + s * p0) /
+    (texts whose matches name it + s), p0 the share over all matches; a label never matched gets p0."""
+    from xmc.lexical.hybrid import name_match_precision
+
+    texts = ["a bank by the river", "the bank", "take a breath", "nothing named", "a river bank"]
+    n_labels = len(WORDNET_STYLE)
+    gold = [[0], [5], [1], [2], [0, 8]]
+    Y = sp.csr_matrix((np.ones(sum(map(len, gold))), (np.repeat(np.arange(5), [len(g) for g in gold]),
+                                                        np.concatenate(gold))), shape=(5, n_labels))
+    matches = matcher.match_many(texts)
+    matched, answer = np.zeros(n_labels), np.zeros(n_labels)
+    for i, m in enumerate(matches):
+        for lid in m:
+            matched[lid] += 1
+            answer[lid] += lid in gold[i]
+    assert matched.sum() > answer.sum() > 0   # some names matched are answers, some are not
+    p0 = answer.sum() / matched.sum()
+    got = name_match_precision(matcher, texts, Y, strength=2.0)
+    np.testing.assert_allclose(got, (answer + 2.0 * p0) / (matched + 2.0), rtol=0, atol=1e-12)
+    assert got[matched == 0].tolist() == [pytest.approx(p0)] * int((matched == 0).sum())
+
+
+def test_monotone_trees_keep_the_direction_of_the_run_and_of_the_name_precision():
+    """With hybrid.monotone the trees' score never falls as a run's score or a name's precision rises, nor as its
+    rank falls, though the training labels say otherwise in part of the range; unconstrained trees follow them."""
+    from xmc.config.schema import BoostedTreesFusionConfig
+    from xmc.lexical.hybrid import MONOTONE, fit_boosted_fusion, monotone_constraints
+
+    table, gold = _interaction_table()
+    X = table.X
+    rng = np.random.default_rng(3)
+    s_col = HYBRID_FEATURES.index("method_score")
+    # labels that contradict the run's score at its top: the best-scored candidates are wrong
+    y = (np.asarray(gold[table.rows, table.labels]).ravel() > 0) & (X[:, s_col] < 1.0)
+    y |= (X[:, s_col] > 0.0) & (X[:, s_col] < 1.0) & (rng.random(len(y)) < 0.5)
+    gold = sp.csr_matrix((y.astype(float), (table.rows, table.labels)), shape=gold.shape)
+    st = BoostedTreesFusionConfig().model_dump()
+    assert monotone_constraints(HYBRID_FEATURES)[s_col] == 1 and set(MONOTONE) <= set(HYBRID_FEATURES)
+    assert monotone_constraints(("a:method_rank", "b:method_score", "text_matches")) == [-1, 1, 0]
+    grid = np.linspace(-3, 3, 61)
+    probe = np.repeat(X[:50], len(grid), axis=0)
+    probe[:, s_col] = np.tile(grid, 50)
+    for monotone in (True, False):
+        fusion = fit_boosted_fusion(table, gold, st, monotone=monotone)
+        steps = np.diff(fusion.score(probe).reshape(50, len(grid)), axis=1)
+        if monotone:
+            assert (steps >= -1e-12).all()
+            assert fusion.settings["monotone"]["method_score"] == 1
+            for f, sign in (("name_precision", 1), ("method_rank", -1)):
+                c = HYBRID_FEATURES.index(f)
+                lo, hi = probe.copy(), probe.copy()
+                lo[:, c], hi[:, c] = 0.0, 1.0
+                assert (sign * (fusion.score(hi) - fusion.score(lo)) >= -1e-12).all()
+        else:
+            assert (steps < -1e-6).any()   # the labels' reversal is learned where nothing forbids it
+
+
+def test_the_first_bonus_keeps_the_runs_first_answer_unless_the_fusion_is_surer():
+    """choose_first_bonus picks the grid point with the best P@1 when added to the run's first candidate; the
+    ranker adds it at prediction time, and a hybrid package keeps it and the name precisions."""
+    from xmc.lexical.hybrid import choose_first_bonus, first_of_a_run
+
+    n_labels = len(WORDNET_STYLE)
+    texts = ["a bank by the river", "take a breath now", "the river", "nothing named"] * 5
+    n = len(texts)
+    ids = np.tile(np.array([3, 5, 6, 7, 2]), (n, 1))
+    scores = np.tile(np.linspace(1.0, 0.2, 5), (n, 1)).astype(np.float32)
+    ranker = HybridRanker(WORDNET_STYLE, "auto", np.ones(n_labels))
+    table = ranker.table(texts, scores, ids)
+    first = first_of_a_run(table, ranker.features)
+    assert first.sum() == n and (table.labels[first] == 3).all()
+    # a fusion that prefers any name match over the run's first label, which is right on 3 texts in 4
+    w = np.zeros(len(ranker.features))
+    w[ranker.features.index("matched")] = 1.0
+    w[ranker.features.index("method_score")] = 0.1
+    ranker.weights = FusionWeights(w, 0.0, np.zeros(len(w)), np.ones(len(w)), ranker.features)
+    gold = [3 if i % 4 != 3 else 7 for i in range(n)]
+    Y = sp.csr_matrix((np.ones(n), (np.arange(n), gold)), shape=(n, n_labels))
+    fused = ranker.weights.score(table.X)
+    bonus, tried = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), [0.0, 0.5, 2.0, 5.0])
+    assert bonus == 2.0 and tried["0"] < tried["2"] == tried["5"], tried   # ties: the smaller bonus
+    ranker.first_bonus = bonus
+    _, top = ranker.rank(texts, scores, ids, 3)
+    assert (top[:, 0] == 3).all()
+    np.testing.assert_allclose(ranker.score(table), fused + 2.0 * first)
+
+
+def test_a_hybrid_package_keeps_the_first_bonus_and_the_name_precisions(tmp_path):
+    """fuse with a bonus grid of one point and the training split's name precisions: the package's fusion holds both
+    and ranks the test texts exactly as the stage did."""
+    import xmc
+    from xmc.package.fuse import fuse
+    from xmc.predictions import TopK
+
+    tst_texts = ["a bank by the river", "take a breath now", "the rivers", "nothing"]
+    ws, _, _ = _fuse_workspace(tmp_path, tst_texts, [[1, 8], [0], [8], [2]],
+                               [[1], [2], [8], [0], [1, 8]] * 2, {"base": 0},
+                               ["the bank", "a bank", "river", "breath", "the bank of the river"] * 2)
+    summary = fuse(_fuse_params(first_bonus=[3.0], keep_base_below_k=0), "base_hybrid", ["base"], ws)
+    assert summary["fusion"]["first_bonus"] == 3.0 and summary["chosen_on_validation"]["first_bonus"]["chosen"] == 3.0
+    fusion = json.loads((ws.package("base_hybrid") / "fusion" / "fusion.json").read_text())
+    assert fusion["first_bonus"] == 3.0
+    with np.load(ws.package("base_hybrid") / "fusion" / "name_precision.npz") as z:
+        precision = z["precision"]
+    assert precision.shape == (len(WORDNET_STYLE),) and len(set(precision.round(6))) > 1   # read from training
+    tst = TopK.load(ws.predictions("base_hybrid") / "tst_topk.npz")
+    S, R = xmc.load(str(ws.package("base_hybrid"))).topk(tst_texts, 5)
+    assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)

@@ -577,6 +577,8 @@ class ZeroShotFusionConfig(Section):
     method_weight: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0]
     matched_bonus: Annotated[list[float], Field(min_length=1)] = [0.0, 10.0, 30.0]
     precision_k: Annotated[int, Field(ge=1, le=100)] = 5   # chosen by validation P@k
+    # bonus of the run's first label (in the zero-shot score's units), chosen by validation P@1
+    first_bonus: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 1.0, 3.0, 10.0, 30.0]
 
 
 class BoostedTreesFusionConfig(Section):
@@ -602,6 +604,10 @@ class HybridConfig(Section):
     zero_shot: ZeroShotFusionConfig = ZeroShotFusionConfig()
     # a hybrid whose cross-fitted validation P@k is below its run's keeps the run's ranking (0 = never)
     keep_base_below_k: Annotated[int, Field(ge=0, le=100)] = 5
+    monotone: bool = True             # trees keep the direction of a run's score and rank and a name's precision
+    name_precision_strength: PosFloat = 2.0   # pseudo-texts shrinking a name's training precision to the mean
+    # bonus (log-odds) of the label the run ranks first, chosen by cross-fitted validation P@1
+    first_bonus: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
 
 
 class HybridEntry(Section):

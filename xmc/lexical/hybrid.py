@@ -5,13 +5,21 @@ Trees see interactions a weighted sum cannot (a name match is strong evidence fo
 weak for one it ranks low; a sense prior matters for an ambiguous name only).
 
 Features of a (text, label) candidate (:data:`HYBRID_FEATURES`): the method's score (the row's lowest
-retrieved score minus one where the method did not retrieve the label), whether the method retrieved it,
-the name-match features of :mod:`xmc.lexical.matcher`, and the label's log training count. The fusion is
-fit on the **validation** split (a small model over a dozen features, like any other choice made there); the validation
-metrics of the fused ranking are cross-fitted by document group so that they are not in-sample.
+retrieved score minus one where the method did not retrieve the label), whether the method retrieved it, its rank
+and its gap to the row's best score; the name-match features of :mod:`xmc.lexical.matcher`; how often the label's
+name, found in a training text, was that text's answer (:func:`name_match_precision`); how many names the text
+matches; and the label's log training count. The fusion is fit on the **validation** split (a small model over
+sixteen features, like any other choice made there); the validation metrics of the fused ranking are cross-fitted
+by document group so that they are not in-sample.
+
+Where a name misleads (a package name that is a common word, a word sense the text does not mean), the fusion must
+not buy its gain on texts whose names are right with a loss on the others: the trees keep the direction of the
+evidence (:func:`monotone_constraints`), a name's training precision tells reliable names from unreliable ones, and
+the label the run ranks first keeps a bonus (:attr:`HybridRanker.first_bonus`, chosen on validation) that another
+candidate must overcome.
 
 An ensemble hybrid fuses several runs at once: the candidates are the union of their top-k lists and the name
-matches, and each member run contributes its own score and retrieved flag (:func:`hybrid_features`).
+matches, and each member run contributes its own score, retrieved flag, rank and gap (:func:`hybrid_features`).
 """
 
 from __future__ import annotations
@@ -34,8 +42,10 @@ from xmc.lexical.names import parse_label_names
 from xmc.metrics import hit_matrix
 from xmc.native import trees_score
 
-HYBRID_FEATURES = ("method_score", "method_retrieved", *FEATURES, "log_train_count")
-METHOD_FEATURES = ("method_score", "method_retrieved")   # per fused run
+METHOD_FEATURES = ("method_score", "method_retrieved", "method_rank", "method_gap")   # per fused run
+HYBRID_FEATURES = (*METHOD_FEATURES, *FEATURES, "name_precision", "text_matches", "log_train_count")
+# the direction a fusion's score must keep in each feature (:func:`monotone_constraints`)
+MONOTONE = {"method_score": 1, "method_rank": -1, "method_gap": -1, "matched": 1, "name_precision": 1}
 
 
 def hybrid_features(members: Sequence[str] | None = None) -> tuple[str, ...]:
@@ -43,7 +53,8 @@ def hybrid_features(members: Sequence[str] | None = None) -> tuple[str, ...]:
     runs each contribute ``<run>:method_score`` and ``<run>:method_retrieved``."""
     if members is None:
         return HYBRID_FEATURES
-    return (*(f"{m}:{f}" for m in members for f in METHOD_FEATURES), *FEATURES, "log_train_count")
+    return (*(f"{m}:{f}" for m in members for f in METHOD_FEATURES), *FEATURES, "name_precision", "text_matches",
+            "log_train_count")
 
 
 @dataclass
@@ -57,21 +68,26 @@ class CandidateTable:
 
 def candidate_table(bases: Sequence[tuple[np.ndarray, np.ndarray]], matches: Sequence[dict[int, Match]],
                     matcher: LabelNameMatcher, prior: np.ndarray, mfs: np.ndarray,
-                    log_count: np.ndarray) -> CandidateTable:
+                    log_count: np.ndarray, name_precision: np.ndarray | None = None) -> CandidateTable:
     """The union of the runs' top-k lists (``bases``: one (scores, ids) pair per run, rows aligned) and the name
-    matches, one feature row per (text, label), in text order and by label id within a text: each run's score
-    (where it did not retrieve the label: its row's lowest retrieved score minus one, or 0.0 for a row it retrieved
-    nothing for) and retrieved flag, then the name-match features and the log training count.
+    matches, one feature row per (text, label), in text order and by label id within a text. Per run
+    (:data:`METHOD_FEATURES`): its score (where it did not retrieve the label: its row's lowest retrieved score minus
+    one, or 0.0 for a row it retrieved nothing for), the retrieved flag, log(1 + rank) (rank: how many labels of
+    the row it scored strictly higher; a label it did not retrieve ranks after all it did) and the gap to the row's
+    best score (0.0 where it retrieved nothing). Then the name-match features, the label's name precision on the
+    training split where its name matched (0.0 otherwise; ``name_precision`` None: 0.0), log(1 + the text's number
+    of name matches) and the log training count.
 
     Built with array operations over (text, label) keys (the name features: :meth:`LabelNameMatcher.feature_rows`)."""
     n_rows = len(matches)
     n_labels = len(log_count)
     n_name = len(FEATURES)
+    n_method = len(METHOD_FEATURES)
     # the name matches: keys text * n_labels + label, and their feature rows
     m_text, m_lid, m_feats = matcher.feature_rows(matches, prior, mfs)
     m_keys = m_text * n_labels + m_lid
-    # each run's retrieved (key, score); a label listed twice in a row keeps its last score (as a dict would)
-    got: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    # each run's retrieved (key, score, rank); a label listed twice in a row keeps its last score (as a dict would)
+    got: list[tuple[np.ndarray, ...]] = []
     for scores, ids in bases:
         ids = np.asarray(ids)[:n_rows]
         sc = np.asarray(scores)[:n_rows].astype(np.float64)
@@ -83,25 +99,80 @@ def candidate_table(bases: Sequence[tuple[np.ndarray, np.ndarray]], matches: Seq
         vals = sc[r, c]
         rev_keys, first = np.unique(keys[::-1], return_index=True)   # the last occurrence of each key
         vals = vals[::-1][first]
-        low = np.full(n_rows, np.inf)
-        np.minimum.at(low, rev_keys // n_labels, vals)
+        key_rows = rev_keys // n_labels
+        low, best = np.full(n_rows, np.inf), np.full(n_rows, -np.inf)
+        np.minimum.at(low, key_rows, vals)
+        np.maximum.at(best, key_rows, vals)
         floor = np.where(np.isinf(low), 0.0, low - 1.0)
-        got.append((rev_keys, vals, floor))
+        best = np.where(np.isinf(best), 0.0, best)
+        # rank = labels of the row scored strictly higher: the position of the first of its ties in score order
+        order = np.lexsort((-vals, key_rows))
+        rs, vs = key_rows[order], vals[order]
+        pos = np.arange(len(rs))
+        new = np.r_[True, (rs[1:] != rs[:-1]) | (vs[1:] != vs[:-1])] if len(rs) else np.zeros(0, bool)
+        first_tie = np.maximum.accumulate(np.where(new, pos, 0)) if len(rs) else pos
+        rank = np.empty(len(rs), np.float64)
+        rank[order] = first_tie - np.searchsorted(rs, rs)
+        n_retrieved = np.bincount(key_rows, minlength=n_rows).astype(np.float64)
+        got.append((rev_keys, vals, rank, floor, best, n_retrieved))
     keys = np.unique(np.concatenate([m_keys, *(g[0] for g in got)]))
     rows, labels = keys // n_labels, keys % n_labels
-    X = np.empty((len(keys), len(METHOD_FEATURES) * len(bases) + n_name + 1), np.float64)
-    for b, (k, v, floor) in enumerate(got):
+    X = np.empty((len(keys), n_method * len(bases) + n_name + 3), np.float64)
+    for b, (k, v, rank, floor, best, n_retrieved) in enumerate(got):
         pos = np.searchsorted(k, keys)
         hit = pos < len(k)
         hit[hit] = k[pos[hit]] == keys[hit]
-        X[:, 2 * b] = floor[rows]
-        X[hit, 2 * b] = v[pos[hit]]
-        X[:, 2 * b + 1] = hit
-    name_cols = slice(2 * len(bases), 2 * len(bases) + n_name)
+        col = n_method * b
+        X[:, col] = floor[rows]
+        X[hit, col] = v[pos[hit]]
+        X[:, col + 1] = hit
+        X[:, col + 2] = n_retrieved[rows]
+        X[hit, col + 2] = rank[pos[hit]]
+        X[:, col + 2] = np.log1p(X[:, col + 2])
+        X[:, col + 3] = best[rows] - X[:, col]
+    start = n_method * len(bases)
+    name_cols = slice(start, start + n_name)
     X[:, name_cols] = 0.0
-    X[np.searchsorted(keys, m_keys), name_cols] = m_feats
+    at = np.searchsorted(keys, m_keys)
+    X[at, name_cols] = m_feats
+    X[:, start + n_name] = 0.0
+    if name_precision is not None:
+        X[at, start + n_name] = np.asarray(name_precision, np.float64)[m_lid]
+    X[:, start + n_name + 1] = np.log1p(np.bincount(m_text, minlength=n_rows))[rows] if n_rows else 0.0
     X[:, -1] = np.asarray(log_count, np.float64)[labels]
     return CandidateTable(rows.astype(np.int64), labels.astype(np.int64), X)
+
+
+def first_of_a_run(table: CandidateTable, features: tuple[str, ...]) -> np.ndarray:
+    """(m,) bool: the candidates some fused run ranks first (retrieved, nothing of its row scored higher)."""
+    out = np.zeros(len(table.rows), bool)
+    for i, f in enumerate(features):
+        if f.endswith("method_rank"):
+            out |= (table.X[:, i] == 0) & (table.X[:, i - 1] > 0)   # method_retrieved precedes method_rank
+    return out
+
+
+def monotone_constraints(features: tuple[str, ...]) -> list[int]:
+    """Per feature of a fusion: +1 (the score may only rise with it), -1 (only fall) or 0 (free), from
+    :data:`MONOTONE`: a run's score and rank and a name's precision keep their direction, so trees fit on a few
+    thousand validation texts cannot learn an order the evidence contradicts."""
+    return [MONOTONE.get(f.split(":")[-1], 0) for f in features]
+
+
+def name_match_precision(matcher: LabelNameMatcher, texts: Sequence[str], Y: sp.csr_matrix,
+                         strength: float) -> np.ndarray:
+    """(n_labels,) the share of the texts whose name matches name the label that have it for a true label, shrunk
+    toward the share over all labels with ``strength`` pseudo-texts: (gold + strength * p0) / (matched + strength);
+    a label whose name never matched gets p0. Read from the training split: how often a name found in a text is
+    the answer (word senses: the sense prior; package names: low for names that are common words)."""
+    Y = Y.tocsr()
+    n_labels = Y.shape[1]
+    m_text, m_lid, _ = matcher.feature_rows(matcher.match_many(texts), np.ones(n_labels), np.zeros(n_labels))
+    matched = np.bincount(m_lid, minlength=n_labels).astype(np.float64)
+    gold = np.bincount(m_lid, weights=(np.asarray(Y[m_text, m_lid]).ravel() > 0).astype(np.float64),
+                       minlength=n_labels) if len(m_lid) else np.zeros(n_labels)
+    p0 = float(gold.sum() / matched.sum()) if matched.sum() else 0.0
+    return (gold + strength * p0) / (matched + strength)
 
 
 @dataclass
@@ -243,16 +314,21 @@ def fusion_from_json(d: dict[str, Any], expected: tuple[str, ...] = HYBRID_FEATU
 
 
 def fit_boosted_fusion(table: CandidateTable, gold: sp.csr_matrix, settings: dict[str, Any],
-                       features: tuple[str, ...] = HYBRID_FEATURES, seed: int = 0, C: float = 1.0) -> Fusion:
+                       features: tuple[str, ...] = HYBRID_FEATURES, seed: int = 0, C: float = 1.0,
+                       monotone: bool = False) -> Fusion:
     """Gradient-boosted trees for "candidate is a true label" on the candidates of the given texts (``settings``:
-    params ``hybrid.boosted_trees``; early stopping holds out ``validation_fraction`` of the candidates). With fewer
-    than ``2 * min_samples_leaf`` true or false candidates it returns the logistic fusion (strength ``C``) instead."""
+    params ``hybrid.boosted_trees``; early stopping holds out ``validation_fraction`` of the candidates; ``monotone``:
+    the trees keep the directions of :func:`monotone_constraints`). With fewer than ``2 * min_samples_leaf`` true or
+    false candidates it returns the logistic fusion (strength ``C``) instead."""
     y = np.asarray(gold[table.rows, table.labels]).ravel() > 0
     if min(int(y.sum()), int((~y).sum())) < 2 * settings["min_samples_leaf"]:
         # too few true (or false) candidates for a tree to split them off: the logistic fusion
         return fit_fusion(table, gold, C, features)
     st = dict(settings)   # the fields of xmc.config.schema.BoostedTreesFusionConfig, the estimator's own names
-    clf = HistGradientBoostingClassifier(**st, random_state=seed).fit(table.X, y)
+    cst = monotone_constraints(features) if monotone else None
+    clf = HistGradientBoostingClassifier(**st, monotonic_cst=cst, random_state=seed).fit(table.X, y)
+    if cst:
+        st["monotone"] = dict(zip(features, cst))
     trees = []
     for (tree,) in clf._predictors:   # binary: one tree per boosting iteration
         nodes = tree.nodes
@@ -328,6 +404,23 @@ def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np
     return best[1], best[2]
 
 
+def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tuple[str, ...], gold: sp.csr_matrix,
+                       rows: np.ndarray, grid: Sequence[float]) -> tuple[float, dict[str, float]]:
+    """The bonus of :attr:`HybridRanker.first_bonus` from ``grid`` with the best P@1 on ``rows`` when added to
+    ``scores`` (cross-fitted fused scores) of the candidates a run ranks first (ties: the first in grid order).
+    Returns (bonus, P@1 per grid point)."""
+    first = first_of_a_run(table, features)
+    tried: dict[str, float] = {}
+    best: tuple[float, float] | None = None
+    for b in grid:
+        p = precision_at(table, scores + float(b) * first, gold, rows, 1)
+        tried[f"{float(b):g}"] = round(p, 3)
+        if best is None or p > best[0] + 1e-9:
+            best = (p, float(b))
+    assert best is not None
+    return best[1], tried
+
+
 def top_k(table: CandidateTable, scores: np.ndarray, n_rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:
     """(scores (n, k) float32, ids (n, k) int64) of the best k candidates per row; -1 / -inf pad."""
     D = np.full((n_rows, k), -np.inf, np.float32)
@@ -350,7 +443,8 @@ class HybridRanker:
 
     def __init__(self, label_texts: Sequence[str], mode: str, train_counts: np.ndarray,
                  weights: Fusion | None = None, max_words: int = 4, cased_names: bool = False,
-                 members: Sequence[str] | None = None) -> None:
+                 members: Sequence[str] | None = None, name_precision: np.ndarray | None = None,
+                 first_bonus: float = 0.0) -> None:
         self.names = parse_label_names(label_texts, mode)
         self.matcher = LabelNameMatcher(self.names, max_words=max_words, label_texts=label_texts,
                                         cased_names=cased_names)
@@ -360,6 +454,26 @@ class HybridRanker:
         self.members = tuple(members) if members is not None else None
         self.features = hybrid_features(self.members)
         self.weights = weights
+        # (n_labels,) how often a name match is the answer on the training split (:func:`name_match_precision`);
+        # zeros for a fusion that reads no training label
+        self.name_precision = (np.zeros(len(self.train_counts)) if name_precision is None
+                               else np.asarray(name_precision, np.float64))
+        # added to the fused score of a label some run ranks first: the run keeps its first answer unless the
+        # fusion is that much surer of another (chosen on cross-fitted validation P@1; 0 = plain fusion)
+        self.first_bonus = float(first_bonus)
+
+    def fit_name_precision(self, texts: Sequence[str], Y: sp.csr_matrix, strength: float) -> None:
+        """Set :attr:`name_precision` from labelled texts (the training split)."""
+        self.name_precision = name_match_precision(self.matcher, texts, Y, strength)
+
+    def score(self, table: CandidateTable, weights: Fusion | None = None) -> np.ndarray:
+        """The fused score of each candidate of ``table``: the fusion's (``weights``, default the ranker's) plus
+        :attr:`first_bonus` where a run ranks the label first."""
+        w = weights or self.weights
+        if w is None:
+            raise ValueError("the hybrid ranker has no fusion weights (fit them on the validation split)")
+        s = w.score(table.X)
+        return s + self.first_bonus * first_of_a_run(table, self.features) if self.first_bonus else s
 
     def table(self, texts: Sequence[str], base_scores: np.ndarray, base_ids: np.ndarray) -> CandidateTable:
         return self.table_many(texts, [(base_scores, base_ids)])
@@ -369,7 +483,7 @@ class HybridRanker:
         if len(bases) != n_runs:
             raise ValueError(f"the ranker fuses {n_runs} run(s), got {len(bases)} top-k lists")
         return candidate_table(bases, self.matcher.match_many(texts), self.matcher, self.prior, self.mfs,
-                               self.log_count)
+                               self.log_count, self.name_precision)
 
     def rank(self, texts: Sequence[str], base_scores: np.ndarray, base_ids: np.ndarray, k: int) \
             -> tuple[np.ndarray, np.ndarray]:
@@ -377,17 +491,17 @@ class HybridRanker:
 
     def rank_many(self, texts: Sequence[str], bases: Sequence[tuple[np.ndarray, np.ndarray]], k: int) \
             -> tuple[np.ndarray, np.ndarray]:
-        if self.weights is None:
-            raise ValueError("the hybrid ranker has no fusion weights (fit them on the validation split)")
         t = self.table_many(texts, bases)
-        return top_k(t, self.weights.score(t.X), len(texts), k)
+        return top_k(t, self.score(t), len(texts), k)
 
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         save_npz_deterministic(path / "train_counts.npz", counts=self.train_counts.astype(np.float32))
+        save_npz_deterministic(path / "name_precision.npz", precision=self.name_precision.astype(np.float64))
         (path / "fusion.json").write_text(json.dumps({"label_names": self.names.mode,
                                                       "max_words": self.matcher.max_words,
                                                       "cased_names": self.matcher.cased_names,
+                                                      "first_bonus": self.first_bonus,
                                                       **({"members": list(self.members)} if self.members else {}),
                                                       **(self.weights.to_json() if self.weights else {})}, indent=2))

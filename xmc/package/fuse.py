@@ -20,8 +20,8 @@ from xmc.data import load_processed
 from xmc.errors import ConfigError
 from xmc.evaluation import evaluate_split, write_evaluation
 from xmc.io import atomic_dir, read_json, write_json
-from xmc.lexical.hybrid import (HybridRanker, base_only_fusion, choose_zero_shot_fusion, fit_boosted_fusion, fit_fusion,
-                                precision_at, top_k)
+from xmc.lexical.hybrid import (HybridRanker, base_only_fusion, choose_first_bonus, choose_zero_shot_fusion,
+                                fit_boosted_fusion, fit_fusion, first_of_a_run, precision_at, top_k)
 from xmc.lexical.hybrid import CandidateTable
 from xmc.logs import kv
 from xmc.package.build import PREDICTED_SPLITS, dataset_record
@@ -54,7 +54,7 @@ def fit_supervised_fusion(cfg: dict[str, Any], table: Any, gold: Any, rows: np.n
     keep = np.isin(table.rows, rows)
     sub = CandidateTable(table.rows[keep], table.labels[keep], table.X[keep])
     if (kind or cfg["fusion"]) == "boosted_trees":
-        return fit_boosted_fusion(sub, gold, cfg["boosted_trees"], features, C=cfg["C"])
+        return fit_boosted_fusion(sub, gold, cfg["boosted_trees"], features, C=cfg["C"], monotone=cfg["monotone"])
     return fit_fusion(sub, gold, cfg["C"], features)
 
 
@@ -151,6 +151,8 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     t0 = time.perf_counter()
     ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"],
                           cased_names=names_cfg["cased_names"], members=bases if ensemble else None)
+    if not zero_shot:   # how often each label's name, found in a training text, is its answer
+        ranker.fit_name_precision(ds.trn.texts, ds.trn.Y, cfg["name_precision_strength"])
     table = without_pairs(ranker.table_many(ds.val.texts, base_topk("val")), ds.val_filter)
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
     chosen: dict[str, Any] = {}
@@ -166,11 +168,18 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     ranker.weights, info = fit(np.arange(len(ds.val)))
     if info:
         chosen["all"] = info
+    # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation P@1
+    # (one number picked on the predictions it is then reported on: the only in-sample choice of the validation row)
+    every = np.arange(len(ds.val))
+    bonus, tried = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
+                                      zs["first_bonus"] if zero_shot else cfg["first_bonus"])
+    ranker.first_bonus = bonus
+    cross = cross + bonus * first_of_a_run(table, ranker.features)
+    chosen["first_bonus"] = {"chosen": bonus, "P@1": tried}
     if not ensemble and cfg["keep_base_below_k"]:
         # where the names do not help (few texts say their labels' names), a fusion can rank below its run: the
         # hybrid then keeps the run's ranking, decided by the cross-fitted validation P@k against the run's own
         k_guard = int(cfg["keep_base_below_k"])
-        every = np.arange(len(ds.val))
         keep_base = base_only_fusion(ranker.features)
         base_scores = keep_base.score(table.X)
         fused_p, base_p = (precision_at(table, cross, ds.val.Y, every, k_guard),
@@ -179,7 +188,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
         if fused_p < base_p:
             log.warning("%s: the fusion ranks below %s on validation (cross-fitted P@%d %.2f < %.2f): the hybrid "
                         "keeps the run's ranking", name, bases[0], k_guard, fused_p, base_p)
-            ranker.weights, cross = keep_base, base_scores
+            ranker.weights, ranker.first_bonus, cross = keep_base, 0.0, base_scores
             chosen["against_base"]["kept"] = "base ranking"
     fit_seconds = time.perf_counter() - t0
     predictions: dict[str, TopK] = {}
@@ -190,7 +199,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     if "tst" in splits:
         t0 = time.perf_counter()
         tables["tst"] = ranker.table_many(ds.tst.texts, base_topk("tst"))
-        D, I = top_k(tables["tst"], ranker.weights.score(tables["tst"].X), len(ds.tst), k)   # = ranker.rank_many
+        D, I = top_k(tables["tst"], ranker.score(tables["tst"]), len(ds.tst), k)   # = ranker.rank_many
         rank_seconds = time.perf_counter() - t0
         predictions["tst"] = TopK(I.astype(np.int32), D)
     has_match = {} if ensemble else {split: with_correct_name_match(t, ranker.features, ds.split(split).Y)
@@ -205,7 +214,8 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
                "splits": list(splits), "predictor": "hybrid",
                **({"members": bases} if ensemble else {"base": bases[0]}),
                "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
-               "fusion": ranker.weights.describe(), "cross_fit_folds": cfg["cross_fit_folds"],
+               "fusion": {**ranker.weights.describe(), "first_bonus": ranker.first_bonus},
+               "cross_fit_folds": cfg["cross_fit_folds"],
                "zero_shot": zero_shot, **({"chosen_on_validation": chosen} if chosen else {})}
     for split, top in predictions.items():
         top.save(ws.predictions(name) / f"{split}_topk.npz")

@@ -430,6 +430,18 @@ def _load_counts(path: Path, n_labels: int) -> np.ndarray:
     return counts
 
 
+def _load_label_array(path: Path, key: str, n_labels: int, what: str) -> np.ndarray:
+    """A per-label float array saved under ``key`` (a fusion's name precisions), checked finite and one per label."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            values = np.asarray(z[key], np.float64)
+    except (OSError, ValueError, KeyError) as e:
+        raise DataFormatError(path, None, f"not a {what} file ({str(e)[:120]})") from None
+    if values.shape != (n_labels,) or not np.isfinite(values).all():
+        raise DataFormatError(path, None, f"{values.size} {what} values for {n_labels} labels (or not finite)")
+    return values
+
+
 def _lexical_settings(section: dict[str, Any], where: Path) -> dict[str, Any]:
     mode, words = section.get("label_names"), section.get("max_words")
     cased = section.get("cased_names", False)   # packages written before the option matched case-blind
@@ -628,7 +640,13 @@ class HybridPredictor(Predictor):
         except (KeyError, TypeError, ValueError) as e:
             raise DataFormatError(root / "fusion" / "fusion.json", None, f"not fusion weights ({str(e)[:120]})") from None
         counts = _load_counts(root / "fusion" / "train_counts.npz", len(label_texts))
-        ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"], st["cased_names"], names)
+        precision = _load_label_array(root / "fusion" / "name_precision.npz", "precision", len(label_texts),
+                                      "name precision")
+        bonus = fusion.get("first_bonus", 0.0)
+        if not isinstance(bonus, (int, float)) or isinstance(bonus, bool) or not np.isfinite(bonus) or bonus < 0:
+            raise DataFormatError(root / "fusion" / "fusion.json", None, f"first_bonus {bonus!r} is not a number >= 0")
+        ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"], st["cased_names"], names,
+                              name_precision=precision, first_bonus=float(bonus))
         return cls(bases, ranker, int(section.get("base_k", 100)))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
