@@ -263,6 +263,30 @@ def test_a_runs_plan_names_what_its_training_reads_and_the_code_it_imports(tmp_p
     assert run_plan(params, run, ws)["inputs"] != plan["inputs"]
 
 
+def test_a_new_field_of_a_section_no_training_reads_leaves_every_plan_as_it_was(monkeypatch):
+    """xmc/config/schema.py stands in a plan as the schemas of the sections a training can read: a field added to
+    the hybrids' section leaves the hash (and so every model) as it was; one added to the training section moves
+    it. Every class of the module is either hashed or named as read by no training."""
+    from pydantic import BaseModel, create_model
+
+    import xmc.config.schema as S
+    from xmc.methods import plan as P
+
+    P.training_schema_hash.cache_clear()
+    before = P.training_schema_hash()
+    classes = {n for n, c in vars(S).items() if isinstance(c, type) and issubclass(c, BaseModel) and c.__module__ == S.__name__}
+    assert set(P.SECTIONS_NO_TRAINING_READS) <= classes and {"TrainSection", "EncoderConfig", "IndexConfig"} <= classes
+    for name, extra in (("HybridConfig", False), ("TrainSection", True)):
+        grown = create_model(name, __base__=getattr(S, name), a_new_knob=(float, 1.0))
+        grown.__module__ = S.__name__
+        with monkeypatch.context() as m:
+            m.setattr(S, name, grown)
+            P.training_schema_hash.cache_clear()
+            assert (P.training_schema_hash() != before) is extra, name
+    P.training_schema_hash.cache_clear()
+    assert P.training_schema_hash() == before
+
+
 def test_set_threads_does_not_import_torch_and_applies_when_torch_loads():
     """A stage without an encoder sets the thread count without importing torch (~2 s); torch gets the count
     when something imports it later, and at once when it is already loaded."""

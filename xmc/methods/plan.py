@@ -13,9 +13,13 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
+from xmc.config import schema as params_schema
 from xmc.config.runs import RunSpec
 from xmc.io import sha256_files
 from xmc.methods import METHODS, get_method
@@ -26,6 +30,14 @@ from xmc.workspace import Workspace
 CONTEXT_KEYS = ("evaluate", "label_names", "index")
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]           # xmc/
 REPO_ROOT = PACKAGE_ROOT.parent
+# xmc/config/schema.py declares every section of params.yaml; a training reads its run's resolved settings and
+# CONTEXT_KEYS, both in the plan. So the file stands in the plan as the JSON schemas of the sections a training can
+# read (:func:`training_schema_hash`): a new field of the hybrids', the report's or the registry's section leaves
+# every model as it was
+SCHEMA_FILE = PACKAGE_ROOT / "config" / "schema.py"
+SECTIONS_NO_TRAINING_READS = ("ParamsConfig", "HybridConfig", "HybridEntry", "BoostedTreesFusionConfig",
+                              "ZeroShotFusionConfig", "ReportConfig", "OrchestrationConfig", "GateConfig",
+                              "RegistryConfig", "ServeConfig", "XrLinearRunConfig")
 
 
 def _module_file(name: str) -> Path | None:
@@ -98,6 +110,25 @@ def code_closure(*roots: str) -> tuple[Path, ...]:
     return tuple(sorted(files))
 
 
+def _without_descriptions(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _without_descriptions(v) for k, v in node.items() if k not in ("description", "title")}
+    if isinstance(node, list):
+        return [_without_descriptions(v) for v in node]
+    return node
+
+
+@functools.lru_cache(maxsize=1)
+def training_schema_hash() -> str:
+    """SHA-256 of the JSON schemas (fields, types, defaults, bounds; not docstrings) of every section class of
+    :mod:`xmc.config.schema` except :data:`SECTIONS_NO_TRAINING_READS`."""
+    schemas = {name: _without_descriptions(cls.model_json_schema(mode="validation"))
+               for name, cls in sorted(vars(params_schema).items())
+               if isinstance(cls, type) and issubclass(cls, BaseModel) and cls.__module__ == params_schema.__name__
+               and name not in SECTIONS_NO_TRAINING_READS}
+    return hashlib.sha256(json.dumps(schemas, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _sha256_tree(path: Path) -> str:
     """Of a file, or of every file under a folder (relative names and contents)."""
     if path.is_file():
@@ -121,7 +152,8 @@ def run_plan(params: dict[str, Any], run: RunSpec, ws: Workspace, stage: str = "
     return {"run": run.name, "method": run.method, "config": run.config,
             "settings": {k: params.get(k) for k in CONTEXT_KEYS},
             "inputs": inputs,
-            "code": {p.relative_to(REPO_ROOT).as_posix(): sha256_files([p]) for p in code}}
+            "code": {p.relative_to(REPO_ROOT).as_posix(): training_schema_hash() if p == SCHEMA_FILE
+                     else sha256_files([p]) for p in code}}
 
 
-__all__ = ["CONTEXT_KEYS", "code_closure", "run_plan"]
+__all__ = ["CONTEXT_KEYS", "SECTIONS_NO_TRAINING_READS", "code_closure", "run_plan", "training_schema_hash"]
