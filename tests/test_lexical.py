@@ -811,7 +811,7 @@ def test_the_first_bonus_keeps_the_runs_first_answer_unless_the_fusion_is_surer(
     Y = sp.csr_matrix((np.ones(n), (np.arange(n), gold)), shape=(n, n_labels))
     fused = ranker.weights.score(table.X)
     bonus, tried = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), [0.0, 0.5, 2.0, 5.0])
-    assert bonus == 2.0 and tried["0"] < tried["2"] == tried["5"], tried   # ties: the smaller bonus
+    assert bonus == 2.0 and tried["0"]["P@1"] < tried["2"]["P@1"] == tried["5"]["P@1"], tried   # ties: the smaller
     ranker.first_bonus = bonus
     _, top = ranker.rank(texts, scores, ids, 3)
     assert (top[:, 0] == 3).all()
@@ -839,3 +839,36 @@ def test_a_hybrid_package_keeps_the_first_bonus_and_the_name_precisions(tmp_path
     tst = TopK.load(ws.predictions("base_hybrid") / "tst_topk.npz")
     S, R = xmc.load(str(ws.package("base_hybrid"))).topk(tst_texts, 5)
     assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)
+
+
+def test_the_first_bonus_is_chosen_among_those_that_keep_the_misled_texts_within_the_bound():
+    """With the texts whose name matches are all wrong (misled) and a bound, a bonus that wins P@1 overall but loses
+    more than the bound on those texts is not eligible; with no eligible bonus the one losing least is taken."""
+    from xmc.lexical.hybrid import choose_first_bonus
+
+    n_labels = len(WORDNET_STYLE)
+    texts = ["a bank by the river"] * 8 + ["nothing named"] * 2
+    n = len(texts)
+    ids = np.tile(np.array([5, 7, 4, 0, 2]), (n, 1))   # the run's first (5, "half") is not named in the texts
+    scores = np.tile(np.linspace(1.0, 0.2, 5), (n, 1)).astype(np.float32)
+    ranker = HybridRanker(WORDNET_STYLE, "auto", np.ones(n_labels))
+    table = ranker.table(texts, scores, ids)
+    matched_bank_or_river = (table.X[:, ranker.features.index("matched")] > 0)
+    # a fusion: a name match at 1.0 over the run's first at 0.1 + bonus; "a bank by the river" names labels 1, 2, 8
+    fused = np.where(matched_bank_or_river, 1.0, 0.0) + 0.1 * table.X[:, ranker.features.index("method_score")]
+    named = sorted(set(table.labels[matched_bank_or_river].tolist()))
+    top_named = named[int(np.argmax([fused[(table.rows == 0) & (table.labels == lid)][0] for lid in named]))]
+    # texts 0-5: the top name match is right; 6-7: the run's first (5) is right and no name match is; 8-9: unnamed
+    gold = [top_named] * 6 + [5, 5, 5, 5]
+    Y = sp.csr_matrix((np.ones(n), (np.arange(n), gold)), shape=(n, n_labels))
+    misled = np.array([False] * 6 + [True] * 4)
+    grid = [0.0, 2.0]
+    free, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid)
+    assert free == 0.0   # overall P@1: 8/10 names first, 4/10 with the run's first kept
+    bound, tried = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 1.0)
+    assert tried["0"]["loss without a correct name match"] == 50.0 and tried["2"]["loss without a correct name match"] == 0.0
+    assert bound == 2.0
+    loose, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 60.0)
+    assert loose == 0.0
+    least, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), [0.0, 0.05], misled, 1.0)
+    assert least == 0.0   # no bonus keeps the bound: the one losing least (a tie: the first)

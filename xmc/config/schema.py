@@ -608,6 +608,9 @@ class HybridConfig(Section):
     name_precision_strength: PosFloat = 2.0   # pseudo-texts shrinking a name's training precision to the mean
     # bonus (log-odds) of the label the run ranks first, chosen by cross-fitted validation P@1
     first_bonus: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0]
+    # the bonus is chosen among those losing at most this many P@1 points against the run on the validation texts
+    # with no correct label among their name matches
+    max_loss_without_name_match: NonNegFloat = 1.0
 
 
 class HybridEntry(Section):

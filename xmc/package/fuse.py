@@ -170,12 +170,16 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
         chosen["all"] = info
     # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation P@1
     # (one number picked on the predictions it is then reported on: the only in-sample choice of the validation row)
+    # (one number picked on the predictions it is then reported on: the only in-sample choice of the validation
+    # row), at most hybrid.max_loss_without_name_match below the run on the texts whose name matches are all wrong
     every = np.arange(len(ds.val))
+    misled = None if ensemble else ~with_correct_name_match(table, ranker.features, ds.val.Y)
     bonus, tried = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
-                                      zs["first_bonus"] if zero_shot else cfg["first_bonus"])
+                                      zs["first_bonus"] if zero_shot else cfg["first_bonus"], misled,
+                                      cfg["max_loss_without_name_match"])
     ranker.first_bonus = bonus
     cross = cross + bonus * first_of_a_run(table, ranker.features)
-    chosen["first_bonus"] = {"chosen": bonus, "P@1": tried}
+    chosen["first_bonus"] = {"chosen": bonus, "grid": tried}
     if not ensemble and cfg["keep_base_below_k"]:
         # where the names do not help (few texts say their labels' names), a fusion can rank below its run: the
         # hybrid then keeps the run's ranking, decided by the cross-fitted validation P@k against the run's own
