@@ -116,7 +116,7 @@ seeds: setup
 # in tests/conftest.py's order: the slowest files first (--no-loadscope-reorder keeps that order)
 TEST_WORKERS ?= 2
 test: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 # the pipeline's cost curve on synthetic data, 10^4 to 10^6 labels (hours; a lab benchmark, not part of run or
 # test): lab/bench/scale.json, lab/bench/scale.png. SIZES=1e4,1e5 for a shorter curve

@@ -831,6 +831,10 @@ def test_a_hybrid_package_keeps_the_first_bonus_and_the_name_precisions(tmp_path
                                ["the bank", "a bank", "river", "breath", "the bank of the river"] * 2)
     summary = fuse(_fuse_params(first_bonus=[3.0], keep_base_below_k=0), "base_hybrid", ["base"], ws)
     assert summary["fusion"]["first_bonus"] == 3.0 and summary["chosen_on_validation"]["first_bonus"]["chosen"] == 3.0
+    chosen = summary["chosen_on_validation"]["first_bonus"]
+    loss = chosen["grid"]["3"].get("loss without a correct name match")
+    # the summary says whether the bound held for the bonus taken (one grid point: taken whatever it loses)
+    assert loss is None or chosen["bound_met"] == (loss <= 1.0)
     fusion = json.loads((ws.package("base_hybrid") / "fusion" / "fusion.json").read_text())
     assert fusion["first_bonus"] == 3.0
     with np.load(ws.package("base_hybrid") / "fusion" / "name_precision.npz") as z:

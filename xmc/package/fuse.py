@@ -169,7 +169,6 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     if info:
         chosen["all"] = info
     # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation P@1
-    # (one number picked on the predictions it is then reported on: the only in-sample choice of the validation row)
     # (one number picked on the predictions it is then reported on: the only in-sample choice of the validation
     # row), at most hybrid.max_loss_without_name_match below the run on the texts whose name matches are all wrong
     every = np.arange(len(ds.val))
@@ -180,6 +179,13 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     ranker.first_bonus = bonus
     cross = cross + bonus * first_of_a_run(table, ranker.features)
     chosen["first_bonus"] = {"chosen": bonus, "grid": tried}
+    loss = tried[f"{bonus:g}"].get("loss without a correct name match")
+    if loss is not None:
+        chosen["first_bonus"]["bound_met"] = bool(loss <= cfg["max_loss_without_name_match"] + 1e-9)
+        if not chosen["first_bonus"]["bound_met"]:
+            log.warning("%s: no first bonus keeps the validation texts without a correct name match within %.2f P@1 "
+                        "of %s; the one losing least (%g: %.2f) is taken", name, cfg["max_loss_without_name_match"],
+                        bases[0], bonus, loss)
     if not ensemble and cfg["keep_base_below_k"]:
         # where the names do not help (few texts say their labels' names), a fusion can rank below its run: the
         # hybrid then keeps the run's ranking, decided by the cross-fitted validation P@k against the run's own
