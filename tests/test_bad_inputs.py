@@ -451,6 +451,13 @@ def _pkg(repo: Path, tmp: Path, edit: Callable[[Path], object] | None = None) ->
     return {"MODEL": str(p)}
 
 
+def _predictor_setting(p: Path, key: str, value: object) -> Path:
+    """The package's manifest with one value of its predictor section changed (by hand, or by a bad writer)."""
+    m = json.loads((p / "manifest.json").read_text())
+    m["predictor"][key] = value
+    return _write(p / "manifest.json", json.dumps(m).encode())
+
+
 def _same_size(p: Path, data: bytes, pad: bytes = b" ") -> Path:
     """Overwrite ``p`` with ``data`` padded to the file's size: the package's size check passes, so the
     loader of that file must find the problem itself."""
@@ -499,6 +506,14 @@ PREDICT_CASES = {
                             ["index.faiss", "not a faiss index"]),
     "index_description_malformed": (lambda r, t: _pkg(r, t, lambda p: _same_size(p / "index/index.json", b"{")),
                                     ["index.json", "not an index description"]),
+    "manifest_negative_batch_size": (lambda r, t: _pkg(r, t, lambda p: _predictor_setting(p, "encode_batch_size", -4)),
+                                     ["manifest.json", "encode_batch_size -4", "not an integer in [1, 65536]"]),
+    "manifest_batch_size_not_a_number": (lambda r, t: _pkg(r, t, lambda p: _predictor_setting(
+        p, "encode_batch_size", "256")), ["manifest.json", "encode_batch_size"]),
+    "manifest_index_outside_the_package": (lambda r, t: _pkg(r, t, lambda p: _predictor_setting(p, "index", "../../x")),
+                                           ["manifest.json", "not a folder inside the package"]),
+    "manifest_encoder_absolute_path": (lambda r, t: _pkg(r, t, lambda p: _predictor_setting(p, "encoder", "/etc")),
+                                       ["manifest.json", "not a folder inside the package"]),
     "labels_do_not_match_index": (lambda r, t: _pkg(r, t, lambda p: _one_label(p / "labels.jsonl")),
                                   ["labels.jsonl", "1 label"]),
     "package_for_another_label_set": (lambda r, t: {"--expect-labels": "0" * 64}, ["label set"]),

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
 import xmc
@@ -52,20 +53,53 @@ def test_predict_from_file_and_stdin_in_both_formats(packages, tmp_path):
     assert p.returncode == 0, p.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     ref = xmc.load(pkg).predict(["she was able to swim across", "that which is known to exist"], 3)
-    assert [r["id"] for r in rows] == ["0", "1"]
+    assert [r["id"] for r in rows] == ["1", "2"]   # a text without an id is its line number, as errors count lines
     assert [[lab["uid"] for lab in r["labels"]] for r in rows] == [[p.uid for p in row] for row in ref]
     p = xmc_cmd("predict", pkg, "-k", "2", "--format", "tsv", stdin=b"she was able to swim across\n")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.decode().splitlines()
-    assert len(lines) == 2 and lines[0].split("\t")[:3] == ["0", "1", ref[0][0].uid]
+    assert lines[0].split("\t") == ["id", "rank", "label_uid", "score", "label_text"]
+    assert len(lines) == 3 and lines[1].split("\t")[:3] == ["1", "1", ref[0][0].uid]
     jl = tmp_path / "in.jsonl"
     jl.write_text(json.dumps({"id": "q7", "text": "able to swim"}) + "\n")
     p = xmc_cmd("predict", pkg, "--input", str(jl))
     assert p.returncode == 0 and json.loads(p.stdout)["id"] == "q7"
     p = xmc_cmd("info", pkg)
     assert p.returncode == 0 and b"astra" in p.stdout and b"labels      300" in p.stdout
+    assert b"score       inner product" in p.stdout and b"not a probability" in p.stdout   # what a score is
     p = xmc_cmd("info", pkg, "--verify", "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["labels"]["count"] == 300
+    assert "classifier's logit" in json.loads(p.stdout)["score"]
+
+
+def test_predict_writes_through_devices_fifos_and_links(packages, tmp_path):
+    """An atomic rename would replace /dev/null, a named pipe or a symbolic link with a regular file: a device or
+    a FIFO is written in place, a link's target is replaced and the link stays."""
+    import stat
+    import threading
+
+    pkg = str(packages["label_prior"])
+    good = tmp_path / "good.txt"
+    good.write_text("able to swim\nanother text\n")
+    p = xmc_cmd("predict", pkg, "-k", "2", "--input", str(good), "--output", "/dev/null")
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    p = xmc_cmd("predict", pkg, "-k", "2", "--input", str(good), "--output", str(fifo))
+    reader.join(30)
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and len(got) == 1 and len(got[0].splitlines()) == 2
+    target = tmp_path / "real.jsonl"
+    target.write_text("old\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    p = xmc_cmd("predict", pkg, "-k", "2", "--input", str(good), "--output", str(link))
+    assert p.returncode == 0, p.stderr
+    assert link.is_symlink() and [json.loads(x)["id"] for x in target.read_text().splitlines()] == ["1", "2"]
 
 
 def _bad_inputs(tmp_path: Path) -> dict[str, tuple[Path, str]]:
@@ -108,9 +142,36 @@ def test_bad_cli_inputs_are_one_line_and_write_nothing(packages, tmp_path):
     other.write_text(json.dumps({"uid": "x", "text": "y"}) + "\n")
     p = xmc_cmd("predict", pkg, "--input", str(good), "--expect-labels", str(other))
     assert p.returncode == 2 and b"built for another label set" in p.stderr
-    # the output may not overwrite the input or the package
+    # a pickle where the package keeps arrays (its size entry updated, so only the reader can tell): one line
+    planted = tmp_path / "planted"
+    shutil.copytree(packages["tfidf_knn"], planted)
+    np.savez(planted / "tfidf" / "idf.npz", idf=np.array([{"run": "code"}], dtype=object))
+    m = json.loads((planted / "manifest.json").read_text())
+    m["files"]["tfidf/idf.npz"]["bytes"] = (planted / "tfidf" / "idf.npz").stat().st_size
+    (planted / "manifest.json").write_text(json.dumps(m))
+    p = xmc_cmd("predict", str(planted), "--input", str(good), "--output", str(out))
+    err = p.stderr.decode().strip()
+    assert p.returncode == 2 and len(err.splitlines()) == 1 and "cannot be loaded" in err and not out.exists(), err
+    # the output may not overwrite the input, the package, the expected labels or another stage's output
     p = xmc_cmd("predict", pkg, "--input", str(good), "--output", str(good))
     assert p.returncode == 2 and b"would overwrite the input" in p.stderr and good.read_text() == "able to swim\n"
+    lbl = tmp_path / "lbl.jsonl"
+    shutil.copy(packages["dense"] / "labels.jsonl", lbl) if (packages["dense"] / "labels.jsonl").is_file() else \
+        lbl.write_text(other.read_text())
+    before = lbl.read_bytes()
+    p = xmc_cmd("predict", pkg, "--input", str(good), "--output", str(lbl), "--expect-labels", str(lbl))
+    assert p.returncode == 2 and b"would overwrite the expected labels" in p.stderr and lbl.read_bytes() == before
+    proj = tmp_path / "proj"
+    (proj / ".dvc").mkdir(parents=True)
+    (proj / "dvc.yaml").write_text("stages: {}\n")
+    (proj / "dvc.lock").write_text("schema: '2.0'\nstages:\n  ingest:\n    cmd: python -m stages.ingest\n"
+                                   "    outs:\n    - path: results/d/data/processed\n      md5: 0.dir\n")
+    (proj / "results/d/data/processed").mkdir(parents=True)
+    (proj / "results/d/data/processed/lbl.jsonl").write_text("kept\n")
+    p = xmc_cmd("predict", pkg, "--input", str(good), "--output", "results/d/data/processed/lbl.jsonl", cwd=proj)
+    err = p.stderr.decode().strip()
+    assert p.returncode == 2 and len(err.splitlines()) == 1 and "an output of the project's pipeline" in err, err
+    assert (proj / "results/d/data/processed/lbl.jsonl").read_text() == "kept\n"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -198,6 +259,82 @@ def test_service_limits_are_4xx_with_a_message(server, body, status, pattern):
     else:
         r = httpx.post(server.url + "/predict", json=body, timeout=30)
     assert r.status_code == status and re.search(pattern, r.json()["error"]), r.text
+
+
+@pytest.mark.parametrize("body,status,pattern", [
+    (b'{"texts": ["fine"], "k": ' + b"7" * 5000 + b"}", 400, "too many digits"),
+    (b'{"texts": [' + b"7" * 5000 + b"]}", 400, "too many digits"),
+    ({"texts": ["7" * 5000], "k": 3}, 200, None),
+    ({"texts": ["fine"], "k": -(10 ** 40)}, 422, "an integer of 41 digits"),
+])
+def test_service_answers_numbers_of_many_digits_without_a_500(server, body, status, pattern):
+    import re
+
+    if isinstance(body, bytes):
+        r = httpx.post(server.url + "/predict", content=body, headers={"content-type": "application/json"}, timeout=30)
+    else:
+        r = httpx.post(server.url + "/predict", json=body, timeout=30)
+    assert r.status_code == status, r.text
+    assert pattern is None or re.search(pattern, r.json()["error"]), r.text
+
+
+def test_service_has_one_error_envelope_a_typed_schema_and_offline_docs(server):
+    for method, path, status in (("GET", "/nope", 404), ("GET", "/predict", 405), ("DELETE", "/health", 405)):
+        r = httpx.request(method, server.url + path, timeout=10)
+        assert r.status_code == status and set(r.json()) == {"error"} and r.json()["error"], (path, r.text)
+    schema = httpx.get(server.url + "/openapi.json", timeout=10).json()
+    op = schema["paths"]["/predict"]["post"]
+    body = op["requestBody"]["content"]["application/json"]["schema"]
+    assert body["required"] == ["texts"] and body["properties"]["texts"]["items"]["type"] == "string"
+    assert body["additionalProperties"] is False
+    ok = op["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    assert ok.endswith("/PredictResponse")
+    for status in ("400", "413", "422"):
+        assert op["responses"][status]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
+    comps = schema["components"]["schemas"]
+    assert set(comps["LabelScore"]["properties"]) == {"label", "uid", "text", "score"}
+    assert "/health" in schema["paths"] and "/docs" not in schema["paths"]
+    page = httpx.get(server.url + "/docs", timeout=10)
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "<script" not in page.text and "http" not in page.text.replace("/openapi.json", "")   # nothing remote
+    assert "POST /predict" in page.text and "PredictResponse" in page.text
+
+
+def test_serve_on_port_0_listens_on_a_free_port_and_logs_it(packages):
+    import queue
+    import re
+    import threading
+
+    proc = subprocess.Popen([*XMC, "serve", str(packages["label_prior"]), "--port", "0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, env={**os.environ, "XMC_REPO_DIR": ""}, start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x.decode(errors="replace")) for x in proc.stdout], daemon=True).start()
+    try:
+        deadline, port, seen = time.monotonic() + 90, None, []
+        while port is None and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                assert proc.poll() is None, "".join(seen)
+                continue
+            seen.append(line)
+            m = re.search(r"serving label_prior .* on http://127\.0\.0\.1:(\d+)", line)
+            port = int(m.group(1)) if m else None
+        assert port and port != 8000 and port > 0, "".join(seen)
+        for _ in range(60):
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=5).json()["model"] == "label_prior"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
 
 
 def test_non_loopback_needs_a_token_and_checks_it(packages):

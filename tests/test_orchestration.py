@@ -506,4 +506,4 @@ def test_nightly_run_keeps_packages_promotes_through_the_gate_and_batch_predicts
         fr = wait_for_run(stack, fr.id, timeout=300)
         assert fr.state.is_completed(), fr.state.message
         rows = [json.loads(x) for x in (deployed / out).read_text().splitlines()]
-        assert [r["id"] for r in rows] == ["0", "1"] and all(len(r["labels"]) == 3 for r in rows)
+        assert [r["id"] for r in rows] == ["1", "2"] and all(len(r["labels"]) == 3 for r in rows)

@@ -9,14 +9,16 @@ import json
 import subprocess
 from pathlib import Path
 
+import gto.api
 import pytest
 import yaml
 
 from tests.pipeline_repo import (results_of, ROOT, SEMCOR, assert_packages_predict_like_the_pipeline, env, make_repo, run,
                                  set_param, stages_run)
 from tests.test_cli_serve import XMC
+from xmc.config import load_params
 from xmc.errors import ConfigError
-from xmc.package.registry import format_listing, gate, listing, resolve
+from xmc.package.registry import format_listing, gate, listing, promote, resolve
 
 WORDNET = (ROOT / ".." / "shared" / "datasets" / "wordnet30").resolve()
 needs_data = pytest.mark.skipif(not SEMCOR.exists() or not WORDNET.exists(),
@@ -145,7 +147,7 @@ def test_the_batch_flow_loads_only_packages_under_packages(tmp_path, monkeypatch
 
 
 @needs_data
-def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
+def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path, monkeypatch):
     ran = set(stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout))
     assert {f"package@{m}" for m in BASELINES} <= ran
     assert_packages_predict_like_the_pipeline(repo, BASELINES)
@@ -156,6 +158,13 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     res = json.loads(p.stdout)
     assert res["promote"] and res["assigned"] == "v0.1.0" and res["current_version"] is None
     first_val = json.loads((results_of(repo) / "packages/tfidf_knn/manifest.json").read_text())["metrics"]["val"]
+    # a stage that is no stage name is refused before anything is registered (an empty one is not prod)
+    tags = run(["git", "tag"], repo).stdout
+    for bad in ("", "PROD", "..", "a#b"):
+        p = xmc_in(repo, "promote", "tfidf_knn", "--stage", bad, "--force")
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "a stage is lower-case" in p.stderr, \
+            (bad, p.stderr)
+    assert run(["git", "tag"], repo).stdout == tags
     # a package that is no artifact is not versioned
     p = xmc_in(repo, "promote", "label_prior")
     assert p.returncode == 2 and "no artifact 'label_prior'" in p.stderr, p.stderr
@@ -168,6 +177,16 @@ def test_push_promote_gate_and_predict_from_a_fresh_clone(repo, tmp_path):
     assert "package@tfidf_knn" in stages_run(run(["dvc", "repro", "package"], repo, timeout=900).stdout)
     run(["dvc", "push", "package"], repo)
     commit(repo, "one neighbour")
+    # a promote whose stage assignment fails removes the version it registered for it
+    def refuse(*args, **kwargs):
+        raise RuntimeError("assignment refused")
+
+    monkeypatch.setattr(gto.api, "assign", refuse)
+    tags = run(["git", "tag"], repo).stdout
+    with pytest.raises(ConfigError, match="the version registered for it was removed"):
+        promote(repo, "tfidf_knn", "prod", load_params(repo / "params.yaml")["registry"]["gate"], force=True)
+    assert run(["git", "tag"], repo).stdout == tags
+    monkeypatch.undo()
     p = xmc_in(repo, "promote", "tfidf_knn")
     res = json.loads(p.stdout)
     assert p.returncode == 4 and not res["promote"] and res["current_version"] == "v0.1.0", p.stdout + p.stderr

@@ -79,10 +79,62 @@ def cmd_train(a: argparse.Namespace) -> None:
             print(f"  {label:<10}  {_short_metrics(metrics[split])}", file=sys.stderr)
 
 
+TSV_HEADER = "id\trank\tlabel_uid\tscore\tlabel_text\n"
+
+
 def _write_tsv(out: TextIO, uid: str, preds: list[Any]) -> None:
     for rank, p in enumerate(preds, 1):
         text = p.text.replace("\t", " ").replace("\n", " ")
         out.write(f"{uid}\t{rank}\t{p.uid}\t{p.score:.6f}\t{text}\n")
+
+
+def _tracked_outputs(start: Path) -> list[Path]:
+    """The outputs the enclosing DVC project records (dvc.lock: every stage's outs), resolved: a prediction written
+    over one of them would silently replace another stage's result."""
+    from xmc.package.registry import find_repo
+
+    repo = find_repo(start)
+    found: list[Path] = []
+    for lock in ([repo / "dvc.lock", repo / "lab" / "dvc.lock"] if repo is not None else []):
+        try:
+            stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            continue
+        base = lock.parent
+        for st in stages.values() if isinstance(stages, dict) else ():
+            for out in (st or {}).get("outs") or []:
+                if isinstance(out, dict) and isinstance(out.get("path"), str):
+                    found.append((base / out["path"]).resolve())
+    return found
+
+
+def _check_output(output: str, others: dict[str, str | Path | None]) -> Path:
+    """Where ``--output`` is written: symbolic links followed to their target. Refused (nothing written) when it
+    would replace an input of the same command or an output another stage of the project recorded."""
+    out_p = Path(output).resolve()
+    for what, p in others.items():
+        if p is None or str(p) == "-" or (what == "expected labels" and not Path(str(p)).exists()):
+            continue
+        q = Path(p).resolve()
+        if out_p == q or q in out_p.parents:
+            raise ConfigError(f"{output}: the output would overwrite the {what} {p}")
+    for q in _tracked_outputs(out_p.parent if out_p.parent.exists() else Path.cwd()):
+        if out_p == q or q in out_p.parents:
+            raise ConfigError(f"{output}: the output would overwrite {q}, an output of the project's pipeline "
+                              "(dvc.lock); write predictions elsewhere")
+    return out_p
+
+
+def _writes_through(path: Path) -> bool:
+    """A device, a FIFO or a socket (``/dev/null``, ``/dev/stdout``, a named pipe) is written in place: an atomic
+    rename would replace it with a regular file."""
+    import stat
+
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 def cmd_predict(a: argparse.Namespace) -> None:
@@ -95,11 +147,8 @@ def cmd_predict(a: argparse.Namespace) -> None:
     if a.batch_size < 1 or a.batch_size > 65536:
         raise ConfigError(f"--batch-size must be in [1, 65536] (got {a.batch_size})")
     path = resolve(a.model)
-    if a.output != "-":
-        out_p = Path(a.output).resolve()
-        for what, p in (("input", a.input), ("model", path)):
-            if p != "-" and (out_p == Path(p).resolve() or Path(p).resolve() in out_p.parents):
-                raise ConfigError(f"{a.output}: the output would overwrite the {what} {p}")
+    out_p = None if a.output == "-" else _check_output(a.output, {"input": a.input, "model": path,
+                                                                  "expected labels": a.expect_labels})
     if a.input != "-":
         for _ in iter_input(a.input, a.input_format):  # a bad line fails before any output is written
             pass
@@ -108,6 +157,8 @@ def cmd_predict(a: argparse.Namespace) -> None:
 
     def write(out: TextIO) -> int:
         count = 0
+        if a.format == "tsv":
+            out.write(TSV_HEADER)
         for uid, text, preds in pkg.predict_stream(iter_input(a.input, a.input_format), k, a.batch_size):
             if a.format == "tsv":
                 _write_tsv(out, uid, preds)
@@ -117,11 +168,14 @@ def cmd_predict(a: argparse.Namespace) -> None:
             count += 1
         return count
 
-    if a.output == "-":
+    if out_p is None:
         n = write(sys.stdout)
         sys.stdout.flush()
+    elif _writes_through(out_p):
+        with open(out_p, "w", encoding="utf-8") as fh:
+            n = write(fh)
     else:
-        with atomic_file(a.output) as fh:
+        with atomic_file(out_p) as fh:
             n = write(fh)
     print(f"top-{k} labels of {n} texts from {pkg.name} ({pkg.method}, {pkg.n_labels} labels)"
           + ("" if a.output == "-" else f" -> {a.output}"), file=sys.stderr)
@@ -134,6 +188,7 @@ def _short_metrics(m: dict[str, Any]) -> str:
 
 def cmd_info(a: argparse.Namespace) -> None:
     from xmc.package import load, read_manifest
+    from xmc.package.package import score_meaning
     from xmc.package.registry import resolve
 
     path = resolve(a.model)
@@ -141,7 +196,8 @@ def cmd_info(a: argparse.Namespace) -> None:
         load(path, verify=True)  # every file's SHA-256, the labels, the predictor
     m = read_manifest(path)
     if a.json:
-        print(json.dumps({k: v for k, v in m.items() if k != "files" or a.verify}, indent=2, ensure_ascii=False))
+        print(json.dumps({**{k: v for k, v in m.items() if k != "files" or a.verify},
+                          "score": score_meaning(m["predictor"])}, indent=2, ensure_ascii=False))
         return
     size = sum(int(f.get("bytes", 0)) for f in m["files"].values())
     pred = m["predictor"]
@@ -155,13 +211,15 @@ def cmd_info(a: argparse.Namespace) -> None:
     metrics = m.get("metrics") or {}
     print(f"  validation  {_short_metrics(metrics.get('val') or {})}")
     print(f"  test        {_short_metrics(metrics.get('tst') or {})}")
+    print(f"  score       {score_meaning(pred)}")
 
 
 def cmd_serve(a: argparse.Namespace) -> None:
     from xmc.serve import serve
 
     d = _serve_defaults()
-    serve(a.model or d.get("model") or "#prod", host=a.host or d["host"], port=a.port or d["port"],
+    serve(a.model or d.get("model") or "#prod", host=a.host or d["host"],
+          port=a.port if a.port is not None else d["port"],
           limits={k: d[k] for k in ("max_texts", "max_chars", "max_k", "batch_size")}, token_env=a.token_env,
           expect_labels=a.expect_labels)
 
@@ -183,7 +241,7 @@ def cmd_promote(a: argparse.Namespace) -> None:
     if repo is None:
         raise ConfigError("no DVC repository here (run inside the project or set XMC_REPO_DIR)")
     reg = load_params(repo / "params.yaml")["registry"]
-    res = promote(repo, a.name, a.stage or reg["stage"], reg["gate"], force=a.force)
+    res = promote(repo, a.name, a.stage if a.stage is not None else reg["stage"], reg["gate"], force=a.force)
     print(json.dumps(res, indent=2))
     if not res["promote"] and not a.force:
         sys.exit(4)
@@ -242,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: .jsonl files are JSON lines, anything else one text per line")
     p.add_argument("--output", default="-", help="output file (written atomically), or - for stdout (default)")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "tsv"),
-                   help="jsonl: {id, text, labels: [{label, uid, text, score}]}; tsv: id, rank, uid, score, label text")
+                   help="jsonl: {id, text, labels: [{label, uid, text, score}]}; tsv: a header line, then id, "
+                        "rank, label uid, score, label text (id: the input's, or its line number)")
     p.add_argument("--batch-size", type=int, default=256, help="texts encoded at a time")
     p.add_argument("--expect-labels", metavar="FILE|SHA256",
                    help="refuse a package built for another label set (a labels JSON-lines file or its hash)")
@@ -260,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "host requires a bearer token in the environment variable named by --token-env.")
     p.add_argument("model", metavar="MODEL", nargs="?", help="default: params registry.serve (#prod)")
     p.add_argument("--host", default=None, help="default 127.0.0.1")
-    p.add_argument("--port", type=int, default=None, help="default 8000")
+    p.add_argument("--port", type=int, default=None, help="default 8000; 0: a free port (logged)")
     p.add_argument("--token-env", default="XMC_SERVE_TOKEN", help="environment variable holding the bearer token")
     p.add_argument("--expect-labels", metavar="FILE|SHA256",
                    help="refuse to start with a package built for another label set")

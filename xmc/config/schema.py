@@ -611,6 +611,9 @@ class HybridConfig(Section):
     # the bonus is chosen among those losing at most this many P@1 points against the run on the validation texts
     # with no correct label among their name matches
     max_loss_without_name_match: NonNegFloat = 1.0
+    # ... judged only over at least this many such texts: below it one text weighs more than the bound allows
+    # (100 / n points), so the bound would trade P@1 on every text for one or two texts; the bonus is then the best P@1
+    min_texts_without_name_match: Annotated[int, Field(ge=1)] = 200
 
 
 class HybridEntry(Section):

@@ -406,17 +406,19 @@ def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np
 
 def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tuple[str, ...], gold: sp.csr_matrix,
                        rows: np.ndarray, grid: Sequence[float], misled: np.ndarray | None = None,
-                       max_loss: float | None = None) -> tuple[float, dict[str, Any]]:
+                       max_loss: float | None = None, min_texts: int = 1) -> tuple[float, dict[str, Any]]:
     """The bonus of :attr:`HybridRanker.first_bonus` from ``grid``, added to ``scores`` (cross-fitted fused scores)
     of the candidates a run ranks first: the best P@1 on ``rows`` (ties: the first in grid order). With ``misled``
     (per text: no correct label among its name matches) and ``max_loss``, only bonuses whose P@1 on those texts is at
     most ``max_loss`` points below the run's own ranking are eligible (none is: the one losing least), so the fusion
-    does not buy its gain where the names are right with a loss where they mislead. Returns (bonus, what each grid
-    point scored)."""
+    does not buy its gain where the names are right with a loss where they mislead. The bound holds only over at
+    least ``min_texts`` such texts (fewer: each grid point's loss is reported, P@1 alone decides). Returns (bonus,
+    what each grid point scored)."""
     first = first_of_a_run(table, features)
     wo = np.intersect1d(rows, np.flatnonzero(misled)) if misled is not None and max_loss is not None else None
     base_wo = precision_at(table, base_only_fusion(features).score(table.X), gold, wo, 1) \
         if wo is not None and len(wo) else None
+    bounded = base_wo is not None and len(wo) >= min_texts
     tried: dict[str, Any] = {}
     points = []
     for b in grid:
@@ -426,7 +428,7 @@ def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tupl
         tried[f"{float(b):g}"] = {"P@1": round(p, 3), **({"loss without a correct name match": round(loss, 3)}
                                                          if loss is not None else {})}
         points.append((float(b), p, loss))
-    eligible = [pt for pt in points if pt[2] is None or pt[2] <= max_loss + 1e-9]
+    eligible = [pt for pt in points if not bounded or pt[2] <= max_loss + 1e-9]
     if eligible:
         best = eligible[0]
         for pt in eligible[1:]:

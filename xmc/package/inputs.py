@@ -28,7 +28,7 @@ def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[
         if fmt == "txt":
             if not line.strip():
                 raise DataFormatError(name, n, "empty text (one text per line)")
-            yield str(n - 1), line.strip()
+            yield str(n), line.strip()   # the line number, as errors count lines
             continue
         if not line.strip():
             continue  # blank lines between JSON records are harmless
@@ -41,7 +41,7 @@ def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[
         text = rec.get("text")
         if not isinstance(text, str) or not text.strip():
             raise DataFormatError(name, n, "missing or empty 'text'")
-        uid = rec.get("id", n - 1)
+        uid = rec.get("id", n)
         if not isinstance(uid, (str, int)) or isinstance(uid, bool):
             raise DataFormatError(name, n, "'id' must be a string or an integer")
         yield str(uid), text.strip()

@@ -15,7 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
 import subprocess
+import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -265,14 +267,40 @@ class ModelPackage:
             yield uid, text, p
 
     def info(self) -> dict[str, Any]:
-        """The manifest without its file list, plus where the package is."""
+        """The manifest without its file list, plus where the package is and what its scores mean."""
         m = {k: v for k, v in self.manifest.items() if k != "files"}
         m["path"] = str(self.root)
+        m["score"] = score_meaning(self.manifest["predictor"])
         m["bytes"] = sum(int(f.get("bytes", 0)) for f in self.manifest["files"].values())
         return m
 
     def __repr__(self) -> str:
         return f"ModelPackage({self.name!r}, method={self.method!r}, labels={self.n_labels}, path={str(self.root)!r})"
+
+
+# What a prediction's score is, per predictor kind: every score ranks (higher first); none is a probability
+SCORE_MEANING = {
+    "dense": "inner product of the text's vector and the label's vector (cosine where the encoder normalises; ASTRA:"
+             " the label classifier's logit w·x + b)",
+    "unidec": "inner product of the text's and the label's vectors in the package's space (UniDEC: the encoder's"
+              " and the classifier's scores together)",
+    "shortlist": "the base predictor's inner product, over the text's TF-IDF shortlist",
+    "tfidf_zeroshot": "cosine of the TF-IDF vectors of the text and of the label's text, in [0, 1]",
+    "tfidf_knn": "the sum, over the text's nearest training texts (TF-IDF cosine) that have the label, of "
+                 "cosine ** power",
+    "label_prior": "the label's number of training texts (the same for every text)",
+    "label_names": "an ordering of the labels whose names the text contains (ranking zero_shot: longer, less "
+                   "ambiguous, more specific names first; prior: log(1 + training count))",
+    "hybrid": "the fusion's score of the label among the base run's top labels and the name matches (trained "
+              "fusion: log-odds of boosted trees or a logistic regression, plus the first bonus; zero-shot: the "
+              "weighted sum of the name evidence and the run's score)",
+}
+
+
+def score_meaning(section: dict[str, Any]) -> str:
+    """What the scores of a package with predictor section ``section`` are (``xmc info``, ``GET /model``)."""
+    return SCORE_MEANING.get(str(section.get("kind")), "the method's raw score") + "; higher ranks first, not " \
+        "a probability"
 
 
 def _expected_label_hash(expect_labels: str | Path | None) -> str | None:
@@ -319,7 +347,17 @@ def load(path: str | Path, *, expect_labels: str | Path | None = None, verify: b
     cls = predictor_class(section.get("kind"), mpath)
     if os.environ.get("XMC_PACKAGE_USE_GPU") in ("0", "false"):
         section = {**section, "use_gpu": False}
-    predictor = cls.load(root, section, texts)
+    try:
+        predictor = cls.load(root, section, texts)
+    except (ValueError, KeyError, TypeError, IndexError, EOFError, UnicodeDecodeError, zipfile.BadZipFile,
+            pickle.UnpicklingError) as e:
+        # a file that is not what its writer wrote (a pickle where arrays belong, a truncated archive, a hand-edited
+        # config): named, in one line, never run (every reader refuses pickles)
+        if isinstance(e, XMCError):
+            raise
+        first = (str(e).splitlines() or [""])[0][:160]
+        raise DataFormatError(root, None, f"the {section.get('kind')} predictor cannot be loaded: "
+                              f"{type(e).__name__}: {first} (a corrupt or foreign package)") from None
     return ModelPackage(root, manifest, uids, texts, predictor)
 
 

@@ -67,6 +67,30 @@ def _copy_tree(src: Path, dst: Path) -> None:
 
 SMALL_BATCH = 4  # queries searched on one faiss thread (measured: bench/serve_latency.py)
 
+# the bounds of a manifest's numbers: a package is data, and a negative batch or a billion candidates per text
+# (garbage predictions, or memory until the kernel kills the process) is refused when it loads
+MANIFEST_BOUNDS = {"encode_batch_size": (1, 65536), "n_neighbors": (1, 100_000), "shortlist_k": (1, 1_000_000),
+                   "base_k": (1, 10_000)}
+
+
+def _setting(section: dict[str, Any], key: str, default: int, where: Path) -> int:
+    """An integer of the predictor section within :data:`MANIFEST_BOUNDS`."""
+    value = section.get(key, default)
+    lo, hi = MANIFEST_BOUNDS[key]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise DataFormatError(where / "manifest.json", None, f"predictor {key} {str(value)[:40]!r} is not an integer "
+                              f"in [{lo}, {hi}]: a corrupt or hand-edited package")
+    return value
+
+
+def _inside(root: Path, section: dict[str, Any], key: str, default: str) -> Path:
+    """The package's sub-folder named by ``section[key]``: a relative path that stays in the package."""
+    rel = section.get(key, default)
+    if not isinstance(rel, str) or not rel or Path(rel).is_absolute() or ".." in Path(rel).parts:
+        raise DataFormatError(root / "manifest.json", None, f"predictor {key} {str(rel)[:80]!r} is not a folder "
+                              "inside the package")
+    return root / rel
+
 
 def _search(index: Any, q: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Exact search of a few queries is fastest on one thread (waking OpenMP threads costs more than they
@@ -188,15 +212,16 @@ class DensePredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> DensePredictor:
-        encoder = on_inference_device(load_encoder(root / section.get("encoder", "encoder"),
+        encoder = on_inference_device(load_encoder(_inside(root, section, "encoder", "encoder"),
                                                    **_untouched(section)))
         encoder.eval()
-        index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
+        index = ANNIndex.load(_inside(root, section, "index", "index"), use_gpu=section.get("use_gpu", "auto"))
         if index.ntotal != len(label_texts):
             raise DataFormatError(root / "index", None, f"holds {index.ntotal} label vectors but the package has "
                                   f"{len(label_texts)} labels (a package assembled from different runs)")
         append = section.get("append_constant")
-        return cls(encoder, index, None if append is None else float(append), int(section.get("encode_batch_size", 256)))
+        return cls(encoder, index, None if append is None else float(append),
+                   _setting(section, "encode_batch_size", 256, root))
 
     def query_vectors(self, texts: list[str]) -> np.ndarray:
         q = self.encoder.encode(texts, "query", self.batch_size, False)
@@ -240,13 +265,13 @@ class UniDECPredictor(Predictor):
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> UniDECPredictor:
         space = section.get("space", "concat")
-        model = on_inference_device(UniDECInference.load(root / section.get("model", "model"), label_texts,
+        model = on_inference_device(UniDECInference.load(_inside(root, section, "model", "model"), label_texts,
                                                          space=space, **_untouched(section)))
-        index = ANNIndex.load(root / section.get("index", "index"), use_gpu=section.get("use_gpu", "auto"))
+        index = ANNIndex.load(_inside(root, section, "index", "index"), use_gpu=section.get("use_gpu", "auto"))
         if index.ntotal != len(label_texts):
             raise DataFormatError(root / "index", None, f"holds {index.ntotal} label vectors but the package has "
                                   f"{len(label_texts)} labels")
-        return cls(model, index, space, int(section.get("encode_batch_size", 256)))
+        return cls(model, index, space, _setting(section, "encode_batch_size", 256, root))
 
     def query_vectors(self, texts: list[str]) -> np.ndarray:
         with torch.inference_mode():
@@ -335,7 +360,7 @@ class TfidfZeroShotPredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfZeroShotPredictor:
-        return cls(*_load_tfidf_labels(root / section.get("tfidf", "tfidf"), len(label_texts)))
+        return cls(*_load_tfidf_labels(_inside(root, section, "tfidf", "tfidf"), len(label_texts)))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         top = tfidf_zero_shot(self.vectorizer.transform(texts).tocsr(), None, k, X_label_T=self.X_label_T)
@@ -370,12 +395,16 @@ class TfidfKNNPredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfKNNPredictor:
-        d = root / section.get("tfidf", "tfidf")
+        d = _inside(root, section, "tfidf", "tfidf")
         X, Y = _load_csr(d / "X_trn.npz"), _load_csr(d / "Y_trn.npz")
         if Y.shape != (X.shape[0], len(label_texts)):
             raise DataFormatError(d / "Y_trn.npz", None, f"shape {Y.shape} does not fit {X.shape[0]} training rows "
                                   f"and {len(label_texts)} labels")
-        return cls(_load_vectorizer(d), X, Y, int(section["n_neighbors"]), float(section.get("power", 1.0)))
+        power = section.get("power", 1.0)
+        if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 <= power <= 100:
+            raise DataFormatError(root / "manifest.json", None, f"predictor power {str(power)[:40]!r} is not a number "
+                                  "in [0, 100]")
+        return cls(_load_vectorizer(d), X, Y, _setting(section, "n_neighbors", 0, root), float(power))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         top = knn_label_voting(self.vectorizer.transform(texts).tocsr(), self.X_train, self.Y_train,
@@ -401,7 +430,7 @@ class LabelPriorPredictor(Predictor):
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> LabelPriorPredictor:
-        path = root / section.get("frequencies", "label_prior.npz")
+        path = _inside(root, section, "frequencies", "label_prior.npz")
         try:
             with np.load(path, allow_pickle=False) as z:
                 freq = np.asarray(z["freq"], np.float32)
@@ -540,8 +569,8 @@ class ShortlistPredictor(Predictor):
         if not isinstance(base_section, dict) or base_section.get("kind") not in ("dense", "unidec"):
             raise DataFormatError(root, None, "a shortlist predictor needs a dense or unidec base section")
         base = predictor_class(base_section["kind"], root).load(root / "base", base_section, label_texts)
-        vectorizer, X = _load_tfidf_labels(root / section.get("tfidf", "tfidf"), len(label_texts))
-        return cls(base, TfidfShortlist(vectorizer, X, int(section.get("shortlist_k", 200))))
+        vectorizer, X = _load_tfidf_labels(_inside(root, section, "tfidf", "tfidf"), len(label_texts))
+        return cls(base, TfidfShortlist(vectorizer, X, _setting(section, "shortlist_k", 200, root)))
 
     @property
     def index(self) -> Any:
@@ -634,7 +663,7 @@ class HybridPredictor(Predictor):
         else:
             names = None
             bases = load_base(root / "base", section.get("base"))
-        fusion = read_json_file(root / section.get("fusion", "fusion") / "fusion.json", "fusion weights")
+        fusion = read_json_file(_inside(root, section, "fusion", "fusion") / "fusion.json", "fusion weights")
         try:
             weights = fusion_from_json(fusion, hybrid_features(names))
         except (KeyError, TypeError, ValueError) as e:
@@ -647,7 +676,7 @@ class HybridPredictor(Predictor):
             raise DataFormatError(root / "fusion" / "fusion.json", None, f"first_bonus {bonus!r} is not a number >= 0")
         ranker = HybridRanker(label_texts, st["mode"], counts, weights, st["max_words"], st["cased_names"], names,
                               name_precision=precision, first_bonus=float(bonus))
-        return cls(bases, ranker, int(section.get("base_k", 100)))
+        return cls(bases, ranker, _setting(section, "base_k", 100, root))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         return self.ranker.rank_many(texts, [b.search(texts, self.base_k) for b in self.bases.values()], k)

@@ -26,6 +26,8 @@ from typing import Any
 from xmc.errors import ConfigError
 from xmc.workspace import results_dir
 
+STAGE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9_-]*[a-z0-9])?")   # a registry stage (GTO's names, lower-case)
+
 SPEC = re.compile(r"^(?P<name>[a-z0-9][a-z0-9_-]*)?(?:#(?P<stage>[a-z0-9_-]+)|@(?P<version>v\d+\.\d+\.\d+))?$")
 
 
@@ -292,6 +294,9 @@ def promote(root: Path, name: str, stage: str, gate_cfg: dict[str, Any], force: 
 
     from xmc.package.package import read_manifest
 
+    if not isinstance(stage, str) or not STAGE_NAME.fullmatch(stage):
+        raise ConfigError(f"--stage {stage!r}: a stage is lower-case letters, digits, '-' or '_', starting and "
+                          "ending with a letter or digit (dev, staging, prod)")
     arts = artifacts(root)
     if name not in arts:
         raise ConfigError(f"no artifact {name!r} in {root / 'dvc.yaml'}: the registry versions and promotes only "
@@ -305,14 +310,23 @@ def promote(root: Path, name: str, stage: str, gate_cfg: dict[str, Any], force: 
         result["assigned"] = None
         return result
     note = message or f"{name}: validation {json.dumps({k: cand.get('metrics', {}).get('val', {}).get(k) for k in gate_cfg.get('max_drop', {})})}"
-    new_version = _register_head(root, name, note, register)
-    assign(str(root), name, stage, version=new_version, message=message or f"promote {name} to {stage}", force=True)
+    new_version, created = _register_head(root, name, note, register)
+    try:
+        assign(str(root), name, stage, version=new_version, message=message or f"promote {name} to {stage}",
+               force=True)
+    except Exception as e:  # noqa: BLE001 - a promote that fails leaves no version behind it registered
+        if created:
+            _git(root, "tag", "-d", f"{name}@{new_version}")
+        raise ConfigError(f"could not give {name} {new_version} the stage {stage!r}: "
+                          f"{str(e).splitlines()[0][:200] if str(e) else type(e).__name__}"
+                          + ("; the version registered for it was removed" if created else "")) from None
     result["assigned"] = new_version
     return result
 
 
-def _register_head(root: Path, name: str, message: str, register: Any) -> str:
-    """The version of ``name`` at HEAD: registered now (v0.1.0 first, then the next minor) or already."""
+def _register_head(root: Path, name: str, message: str, register: Any) -> tuple[str, bool]:
+    """The version of ``name`` at HEAD, and whether it was registered now (v0.1.0 first, then the next minor)
+    rather than already."""
     from gto.api import show
 
     def versions() -> list[dict[str, Any]]:
@@ -325,7 +339,7 @@ def _register_head(root: Path, name: str, message: str, register: Any) -> str:
     head = _git(root, "rev-parse", "HEAD")
     for v in versions():
         if str(v.get("commit_hexsha", "")) == head and v.get("registrations"):
-            return str(v["version"])
+            return str(v["version"]), False
     try:
         first = not any(v.get("version") for v in versions())
         tag = register(str(root), name, ref="HEAD", message=message,
@@ -335,7 +349,7 @@ def _register_head(root: Path, name: str, message: str, register: Any) -> str:
     version = getattr(tag, "version", None) or getattr(getattr(tag, "tag", None), "version", None)
     if version is None:
         raise ConfigError(f"GTO registered {name} but returned no version ({tag!r})")
-    return str(version)
+    return str(version), True
 
 
 def _git(root: Path, *args: str) -> str:
