@@ -78,7 +78,7 @@ def _setting(section: dict[str, Any], key: str, default: int, where: Path) -> in
     value = section.get(key, default)
     lo, hi = MANIFEST_BOUNDS[key]
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise DataFormatError(where / "manifest.json", None, f"predictor {key} {str(value)[:40]!r} is not an integer "
+        raise DataFormatError(where / "manifest.json", None, f"predictor {key} {repr(value)[:40]} is not an integer "
                               f"in [{lo}, {hi}]: a corrupt or hand-edited package")
     return value
 
@@ -402,7 +402,7 @@ class TfidfKNNPredictor(Predictor):
                                   f"and {len(label_texts)} labels")
         power = section.get("power", 1.0)
         if isinstance(power, bool) or not isinstance(power, (int, float)) or not 0 <= power <= 100:
-            raise DataFormatError(root / "manifest.json", None, f"predictor power {str(power)[:40]!r} is not a number "
+            raise DataFormatError(root / "manifest.json", None, f"predictor power {repr(power)[:40]} is not a number "
                                   "in [0, 100]")
         return cls(_load_vectorizer(d), X, Y, _setting(section, "n_neighbors", 0, root), float(power))
 
