@@ -17,7 +17,7 @@ from tests.pipeline_repo import (results_of, ROOT, SEMCOR, assert_packages_predi
                                  set_param, stages_run)
 from tests.test_cli_serve import XMC
 from xmc.config import load_params
-from xmc.errors import ConfigError
+from xmc.errors import ConfigError, DataFormatError
 from xmc.package.registry import format_listing, gate, listing, promote, resolve
 
 WORDNET = (ROOT / ".." / "shared" / "datasets" / "wordnet30").resolve()
@@ -121,6 +121,21 @@ def test_bare_names_resolve_to_the_workspace_packages_artifact_or_not(tmp_path, 
     assert f"no (dvc pull {P}/astra, or dvc repro package@astra)" in text and "tfidf_knn" not in text
     with pytest.raises(ConfigError, match="'nope': no artifact of that name"):
         listing(root, "nope")
+
+
+def test_an_artifact_of_one_dataset_is_not_promoted_from_a_checkout_of_another(tmp_path):
+    root = _workspace(tmp_path)
+    gate_cfg = {"max_drop": {"P@1": 1.0}, "allow_dataset_change": False, "allow_label_set_change": False}
+    with pytest.raises(ConfigError, match=r"artifact 'astra' is the package of dataset 'toy' .* data\.name is "
+                                          r"'other': promote it from a checkout of toy"):
+        params = yaml.safe_load((root / "params.yaml").read_text())
+        params["data"]["name"] = "other"
+        (root / "params.yaml").write_text(yaml.safe_dump(params))
+        promote(root, "astra", "prod", gate_cfg)
+    # an artifact kept outside results/<dataset>/packages is not namespaced: the guard lets it through to the
+    # package check (here: an empty manifest)
+    with pytest.raises(DataFormatError, match="exported/elsewhere/manifest.json: not an xmc-model-package manifest"):
+        promote(root, "elsewhere", "prod", gate_cfg)
 
 
 def test_the_batch_flow_loads_only_packages_under_packages(tmp_path, monkeypatch):

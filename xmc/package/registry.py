@@ -302,6 +302,7 @@ def promote(root: Path, name: str, stage: str, gate_cfg: dict[str, Any], force: 
         raise ConfigError(f"no artifact {name!r} in {root / 'dvc.yaml'}: the registry versions and promotes only "
                           f"the packages listed under its artifacts: ({', '.join(sorted(arts)) or 'none'}); "
                           f"add {name} there to version it")
+    check_artifact_dataset(root, name, arts[name]["path"])
     cand = read_manifest(root / arts[name]["path"])
     version, cur = current_manifest(root, name, stage)
     decision = gate(cand, cur, gate_cfg)
@@ -322,6 +323,20 @@ def promote(root: Path, name: str, stage: str, gate_cfg: dict[str, Any], force: 
                           + ("; the version registered for it was removed" if created else "")) from None
     result["assigned"] = new_version
     return result
+
+
+def check_artifact_dataset(root: Path, name: str, path: str) -> None:
+    """An artifact that is a dataset's package (``results/<dataset>/packages/...``) is promoted only from a checkout
+    whose params.yaml names that dataset: a run on another dataset never versions, or stages, this one's models."""
+    parts = Path(path).parts
+    if len(parts) < 3 or parts[0] != "results" or parts[2] != "packages":
+        return   # an artifact kept elsewhere: not namespaced by dataset
+    here = results_dir(root / "params.yaml").name
+    if parts[1] != here:
+        raise ConfigError(f"artifact {name!r} is the package of dataset {parts[1]!r} ({path}) but params.yaml's "
+                          f"data.name is {here!r}: promote it from a checkout of {parts[1]}, or declare an artifact "
+                          f"for {here}'s package in dvc.yaml (e.g. {name}-{here}: {{path: "
+                          f"results/{here}/packages/{name}, type: model}})")
 
 
 def _register_head(root: Path, name: str, message: str, register: Any) -> tuple[str, bool]:
