@@ -184,10 +184,11 @@ def free_port() -> int:
 
 
 class Server:
-    def __init__(self, model: str, host: str = "127.0.0.1", env: dict | None = None) -> None:
+    def __init__(self, model: str, host: str = "127.0.0.1", env: dict | None = None,
+                 args: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([*XMC, "serve", model, "--host", host, "--port", str(self.port)],
+        self.proc = subprocess.Popen([*XMC, "serve", model, "--host", host, "--port", str(self.port), *(args or [])],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      env={**os.environ, "XMC_REPO_DIR": "", **(env or {})}, start_new_session=True)
 
@@ -335,6 +336,35 @@ def test_serve_on_port_0_listens_on_a_free_port_and_logs_it(packages):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
+
+
+def test_idle_connections_are_closed_and_bounded_so_the_service_keeps_answering(packages):
+    """Connections that send nothing are closed after --idle-timeout, and those beyond --max-connections as soon as
+    they are accepted: a flood of idle sockets does not take every file descriptor."""
+    s = Server(str(packages["label_prior"]), args=["--idle-timeout", "1", "--max-connections", "20"])
+    idle: list[socket.socket] = []
+    try:
+        s.wait()
+        for _ in range(200):
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+            idle.append(c)
+        time.sleep(2.0)   # past the idle timeout: the service has closed every one of them
+        closed = 0
+        for c in idle:
+            c.settimeout(0.5)
+            try:
+                closed += c.recv(1) == b""
+            except ConnectionResetError:
+                closed += 1
+            except socket.timeout:   # still open: the service would hold it
+                pass
+        assert closed == len(idle)
+        r = httpx.post(s.url + "/predict", json={"texts": ["x"], "k": 2}, timeout=10)
+        assert r.status_code == 200 and len(r.json()["predictions"][0]) == 2
+    finally:
+        for c in idle:
+            c.close()
+        s.stop()
 
 
 def test_non_loopback_needs_a_token_and_checks_it(packages):

@@ -221,7 +221,9 @@ def cmd_serve(a: argparse.Namespace) -> None:
     serve(a.model or d.get("model") or "#prod", host=a.host or d["host"],
           port=a.port if a.port is not None else d["port"],
           limits={k: d[k] for k in ("max_texts", "max_chars", "max_k", "batch_size")}, token_env=a.token_env,
-          expect_labels=a.expect_labels)
+          expect_labels=a.expect_labels,
+          idle_timeout_s=a.idle_timeout if a.idle_timeout is not None else d["idle_timeout_s"],
+          max_connections=a.max_connections if a.max_connections is not None else d["max_connections"])
 
 
 def cmd_registry(a: argparse.Namespace) -> None:
@@ -323,6 +325,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-env", default="XMC_SERVE_TOKEN", help="environment variable holding the bearer token")
     p.add_argument("--expect-labels", metavar="FILE|SHA256",
                    help="refuse to start with a package built for another label set")
+    p.add_argument("--idle-timeout", type=float, default=None, metavar="SECONDS",
+                   help="close a connection that sends nothing this long (default: params serve.idle_timeout_s, 5)")
+    p.add_argument("--max-connections", type=int, default=None,
+                   help="open connections at most; one more is closed when accepted (default 1000)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("registry", help="artifacts, their latest versions and stage labels",

@@ -26,6 +26,7 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
+from uvicorn.protocols.http.h11_impl import H11Protocol
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -110,6 +111,23 @@ def docs_page(schema: dict[str, Any]) -> str:
             parts.append(f"<h3 id='{esc(name)}'>{esc(name)}</h3><pre>{esc(json.dumps(sch, indent=2))}</pre>")
     parts.append("</body></html>")
     return "".join(parts)
+
+
+def bounded_protocol(max_connections: int) -> type[H11Protocol]:
+    """uvicorn's HTTP/1.1 protocol that also times out a new connection that sends nothing (uvicorn starts its
+    keep-alive timer only after a first response) and closes a connection beyond ``max_connections`` as soon as it
+    is accepted: thousands of idle sockets would otherwise hold every file descriptor and stop the service."""
+
+    class BoundedH11Protocol(H11Protocol):
+        def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            if len(self.connections) > max_connections:
+                transport.close()
+                return
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive,
+                                                                self.timeout_keep_alive_handler)
+
+    return BoundedH11Protocol
 
 
 def is_loopback(host: str) -> bool:
@@ -242,7 +260,8 @@ def create_app(pkg: Any, limits: dict[str, int] | None = None, token: str | None
 
 
 def serve(model: str, host: str = "127.0.0.1", port: int = 8000, limits: dict[str, int] | None = None,
-          token_env: str = "XMC_SERVE_TOKEN", expect_labels: str | None = None) -> None:
+          token_env: str = "XMC_SERVE_TOKEN", expect_labels: str | None = None, idle_timeout_s: float = 5.0,
+          max_connections: int = 1000) -> None:
     """Load ``model`` (a package folder or registry name) and serve it until interrupted."""
     token = os.environ.get(token_env) or None
     if not is_loopback(host):
@@ -251,6 +270,10 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, limits: dict[st
                               f"(at least {MIN_TOKEN_CHARS} characters) so that the service is not open to anyone")
         if len(token) < MIN_TOKEN_CHARS:
             raise ConfigError(f"${token_env} is shorter than {MIN_TOKEN_CHARS} characters")
+    if not 0 < float(idle_timeout_s) <= 3600:
+        raise ConfigError(f"--idle-timeout must be in (0, 3600] seconds (got {idle_timeout_s})")
+    if not 1 <= int(max_connections) <= 1_000_000:
+        raise ConfigError(f"--max-connections must be in [1, 1000000] (got {max_connections})")
     if not 0 <= int(port) <= 65535:
         raise ConfigError(f"--port must be in [0, 65535] (0: a free port; got {port})")
     pkg = load_model(model, expect_labels=expect_labels)
@@ -269,7 +292,8 @@ def serve(model: str, host: str = "127.0.0.1", port: int = 8000, limits: dict[st
     log.info("serving %s (%s, %d labels) on http://%s:%d%s", pkg.name, pkg.method, pkg.n_labels, host, bound,
              " (bearer token required)" if token else "")
     config = uvicorn.Config(app, log_level=os.environ.get("XMC_LOG_LEVEL", "info").lower(), access_log=True,
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=5, http=bounded_protocol(int(max_connections)),
+                            timeout_keep_alive=float(idle_timeout_s))
     uvicorn.Server(config).run(sockets=[sock])
 
 

@@ -716,11 +716,16 @@ class RegistryConfig(Section):
 
 class ServeConfig(Section):
     host: str = "127.0.0.1"
-    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+    port: Annotated[int, Field(ge=0, le=65535)] = 8000
     max_texts: Annotated[int, Field(ge=1, le=100_000)] = 256
     max_chars: Annotated[int, Field(ge=1, le=10_000_000)] = 10_000
     max_k: Annotated[int, Field(ge=1, le=10_000)] = 1000
     batch_size: Annotated[int, Field(ge=1, le=65_536)] = 256
+    # a connection that sends nothing (a new one, or a kept-alive one between requests) is closed after this long
+    idle_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 5.0
+    # open connections at most: one more is closed as soon as it is accepted (a flood of idle connections cannot
+    # use up the process's file descriptors)
+    max_connections: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
 
 
 class EncodeCacheConfig(Section):
