@@ -132,6 +132,13 @@ def test_an_artifact_of_one_dataset_is_not_promoted_from_a_checkout_of_another(t
         params["data"]["name"] = "other"
         (root / "params.yaml").write_text(yaml.safe_dump(params))
         promote(root, "astra", "prod", gate_cfg)
+    # the other dataset's package, declared as an artifact of its own, passes the guard (to the package check:
+    # here an empty manifest)
+    dvc = yaml.safe_load((root / "dvc.yaml").read_text())
+    dvc["artifacts"]["tfidf_knn-other"] = {"path": "results/other/packages/tfidf_knn", "type": "model"}
+    (root / "dvc.yaml").write_text(yaml.safe_dump(dvc))
+    with pytest.raises(DataFormatError, match="results/other/packages/tfidf_knn/manifest.json: not an xmc-model"):
+        promote(root, "tfidf_knn-other", "prod", gate_cfg)
     # an artifact kept outside results/<dataset>/packages is not namespaced: the guard lets it through to the
     # package check (here: an empty manifest)
     with pytest.raises(DataFormatError, match="exported/elsewhere/manifest.json: not an xmc-model-package manifest"):
