@@ -56,8 +56,8 @@ def supervision(reads: tuple[str, ...], fusion: str | None, tuned_here: bool) ->
     if fusion == "trained":
         return base + "; fusion fit on validation" if "trn" in reads else "no training pairs; fusion fit on validation"
     if fusion == "zero_shot":
-        return base + "; 3 fusion weights tuned on validation" if "trn" in reads \
-            else "no training pairs; 3 fusion weights tuned on validation"
+        return base + "; zero-shot fusion weights tuned on validation" if "trn" in reads \
+            else "no training pairs; zero-shot fusion weights tuned on validation"
     return base
 
 
