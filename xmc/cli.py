@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -128,8 +129,6 @@ def _check_output(output: str, others: dict[str, str | Path | None]) -> Path:
 def _writes_through(path: Path) -> bool:
     """A device, a FIFO or a socket (``/dev/null``, ``/dev/stdout``, a named pipe) is written in place: an atomic
     rename would replace it with a regular file."""
-    import stat
-
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
