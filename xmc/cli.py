@@ -93,12 +93,13 @@ def _tracked_outputs(start: Path) -> list[Path]:
     """The outputs the enclosing DVC project records (dvc.lock: every stage's outs), resolved: a prediction written
     over one of them would silently replace another stage's result."""
     from xmc.package.registry import find_repo
+    from xmc.yaml12 import fast_yaml_loader
 
     repo = find_repo(start)
     found: list[Path] = []
     for lock in ([repo / "dvc.lock", repo / "lab" / "dvc.lock"] if repo is not None else []):
         try:
-            stages = (yaml.safe_load(lock.read_text()) or {}).get("stages") or {}
+            stages = (yaml.load(lock.read_text(), Loader=fast_yaml_loader()) or {}).get("stages") or {}
         except (OSError, yaml.YAMLError, AttributeError):
             continue
         base = lock.parent
