@@ -810,7 +810,7 @@ def test_the_first_bonus_keeps_the_runs_first_answer_unless_the_fusion_is_surer(
     gold = [3 if i % 4 != 3 else 7 for i in range(n)]
     Y = sp.csr_matrix((np.ones(n), (np.arange(n), gold)), shape=(n, n_labels))
     fused = ranker.weights.score(table.X)
-    bonus, tried = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), [0.0, 0.5, 2.0, 5.0])
+    bonus, tried, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), [0.0, 0.5, 2.0, 5.0])
     assert bonus == 2.0 and tried["0"]["P@1"] < tried["2"]["P@1"] == tried["5"]["P@1"], tried   # ties: the smaller
     ranker.first_bonus = bonus
     _, top = ranker.rank(texts, scores, ids, 3)
@@ -868,17 +868,18 @@ def test_the_first_bonus_is_chosen_among_those_that_keep_the_misled_texts_within
     Y = sp.csr_matrix((np.ones(n), (np.arange(n), gold)), shape=(n, n_labels))
     misled = np.array([False] * 6 + [True] * 4)
     grid = [0.0, 2.0]
-    free, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid)
+    free, _, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid)
     assert free == 0.0   # overall P@1: 8/10 names first, 4/10 with the run's first kept
-    bound, tried = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 1.0)
+    bound, tried, met = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 1.0)
     assert tried["0"]["loss without a correct name match"] == 50.0 and tried["2"]["loss without a correct name match"] == 0.0
-    assert bound == 2.0
-    loose, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 60.0)
+    assert bound == 2.0 and met is True
+    loose, _, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 60.0)
     assert loose == 0.0
-    least, _ = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), [0.0, 0.05], misled, 1.0)
-    assert least == 0.0   # no bonus keeps the bound: the one losing least (a tie: the first)
+    least, _, unmet = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), [0.0, 0.05], misled, 1.0)
+    assert least == 0.0 and unmet is False   # no bonus keeps the bound: the one losing least (a tie: the first)
     # over fewer misled texts than min_texts the bound is not judged (one text would weigh 25 points): P@1 decides,
     # and each point's loss is still reported
-    few, tried = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 1.0, min_texts=5)
-    assert few == 0.0 and tried["0"]["loss without a correct name match"] == 50.0
+    few, tried, judged = choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 1.0,
+                                            min_texts=5)
+    assert few == 0.0 and judged is None and tried["0"]["loss without a correct name match"] == 50.0
     assert choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 1.0, min_texts=4)[0] == 2.0

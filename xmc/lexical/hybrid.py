@@ -406,14 +406,14 @@ def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np
 
 def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tuple[str, ...], gold: sp.csr_matrix,
                        rows: np.ndarray, grid: Sequence[float], misled: np.ndarray | None = None,
-                       max_loss: float | None = None, min_texts: int = 1) -> tuple[float, dict[str, Any]]:
+                       max_loss: float | None = None, min_texts: int = 1) -> tuple[float, dict[str, Any], bool | None]:
     """The bonus of :attr:`HybridRanker.first_bonus` from ``grid``, added to ``scores`` (cross-fitted fused scores)
     of the candidates a run ranks first: the best P@1 on ``rows`` (ties: the first in grid order). With ``misled``
     (per text: no correct label among its name matches) and ``max_loss``, only bonuses whose P@1 on those texts is at
     most ``max_loss`` points below the run's own ranking are eligible (none is: the one losing least), so the fusion
     does not buy its gain where the names are right with a loss where they mislead. The bound holds only over at
     least ``min_texts`` such texts (fewer: each grid point's loss is reported, P@1 alone decides). Returns (bonus,
-    what each grid point scored)."""
+    what each grid point scored, whether the bound held: None where it was not judged)."""
     first = first_of_a_run(table, features)
     wo = np.intersect1d(rows, np.flatnonzero(misled)) if misled is not None and max_loss is not None else None
     base_wo = precision_at(table, base_only_fusion(features).score(table.X), gold, wo, 1) \
@@ -436,7 +436,7 @@ def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tupl
                 best = pt
     else:
         best = min(points, key=lambda pt: pt[2])
-    return best[0], tried
+    return best[0], tried, (bool(eligible) if bounded else None)
 
 
 def top_k(table: CandidateTable, scores: np.ndarray, n_rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -174,21 +174,19 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     every = np.arange(len(ds.val))
     misled = None if ensemble else ~with_correct_name_match(table, ranker.features, ds.val.Y)
     n_misled = int(misled.sum()) if misled is not None else 0
-    bonus, tried = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
-                                      zs["first_bonus"] if zero_shot else cfg["first_bonus"], misled,
-                                      cfg["max_loss_without_name_match"], cfg["min_texts_without_name_match"])
+    bonus, tried, bound_met = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
+                                                 zs["first_bonus"] if zero_shot else cfg["first_bonus"], misled,
+                                                 cfg["max_loss_without_name_match"],
+                                                 cfg["min_texts_without_name_match"])
     ranker.first_bonus = bonus
     cross = cross + bonus * first_of_a_run(table, ranker.features)
     chosen["first_bonus"] = {"chosen": bonus, "grid": tried, "texts without a correct name match": n_misled}
-    loss = tried[f"{bonus:g}"].get("loss without a correct name match")
-    if loss is not None and n_misled < cfg["min_texts_without_name_match"]:
-        chosen["first_bonus"]["bound_met"] = None   # not judged: too few texts for the bound to mean anything
-    elif loss is not None:
-        chosen["first_bonus"]["bound_met"] = bool(loss <= cfg["max_loss_without_name_match"] + 1e-9)
-        if not chosen["first_bonus"]["bound_met"]:
-            log.warning("%s: no first bonus keeps the validation texts without a correct name match within %.2f P@1 "
-                        "of %s; the one losing least (%g: %.2f) is taken", name, cfg["max_loss_without_name_match"],
-                        bases[0], bonus, loss)
+    if n_misled:
+        chosen["first_bonus"]["bound_met"] = bound_met   # None: too few texts for the bound to mean anything
+    if bound_met is False:
+        log.warning("%s: no first bonus keeps the validation texts without a correct name match within %.2f P@1 of "
+                    "%s; the one losing least (%g: %.2f) is taken", name, cfg["max_loss_without_name_match"],
+                    bases[0], bonus, tried[f"{bonus:g}"]["loss without a correct name match"])
     if not ensemble and cfg["keep_base_below_k"]:
         # where the names do not help (few texts say their labels' names), a fusion can rank below its run: the
         # hybrid then keeps the run's ranking, decided by the cross-fitted validation P@k against the run's own
