@@ -124,6 +124,47 @@ def test_load_xc_raw_with_separator_sidecar_and_filter(xc_dir: Path):
     assert c["trn"]["label_pairs"] == 5 and c["trn"]["groups"] == 2 and c["tst_filter_pairs"] == 2
 
 
+XC_PLAIN = {"lbl.raw.txt": "alpha\nbeta\ngamma\n", "trn.raw.txt": "doc a\ndoc b\n", "trn_X_Y.txt": "2 3\n0:1\n1:1 2:1\n"}
+
+
+def test_xc_raw_labels_keep_the_datasets_own_ids_from_lbl_jsonl(tmp_path: Path):
+    """Without a sidecar a label is its row number; with ``lbl.jsonl`` it is the record's ``id`` (``uid`` where
+    there is no ``id``), row for row, so that a prediction names the label as the dataset does."""
+    assert load_dataset_dir(write_files(tmp_path / "plain", XC_PLAIN)).label_uids == ["0", "1", "2"]
+    d = write_files(tmp_path / "ids", {**XC_PLAIN, "lbl.jsonl": jl({"lid": 0, "id": "00001740-a"},
+                                                                   {"lid": 1, "id": "00001740-n"}, {"id": "x-3"})})
+    ds = load_dataset_dir(d)
+    assert ds.label_uids == ["00001740-a", "00001740-n", "x-3"] and ds.label_texts == ["alpha", "beta", "gamma"]
+    d = write_files(tmp_path / "uids", {**XC_PLAIN, "lbl.jsonl": jl({"uid": "a"}, {"uid": "b"}, {"uid": 7})})
+    assert load_dataset_dir(d).label_uids == ["a", "b", "7"]
+    # a uid separator gives each line its own id: the sidecar does not override it
+    d = write_files(tmp_path / "sep", {**XC_PLAIN, "lbl.raw.txt": "A->alpha\nB->beta\nC->gamma\n",
+                                       "trn.raw.txt": "t0->doc a\nt1->doc b\n",
+                                       "lbl.jsonl": jl({"id": "x"}, {"id": "y"}, {"id": "z"})})
+    assert load_dataset_dir(d, uid_separator="->").label_uids == ["A", "B", "C"]
+
+
+@pytest.mark.parametrize("sidecar, message", [
+    (jl({"id": "a"}, {"id": "b"}), "lbl.jsonl: 2 label records but the label text file has 3 rows"),
+    (jl({"id": "a"}, {"id": "b"}, {"id": "a"}), "lbl.jsonl:3: label id 'a' already given on line 1"),
+    (jl({"lid": 0, "id": "a"}, {"lid": 2, "id": "b"}, {"lid": 1, "id": "c"}), "lbl.jsonl:2: lid 2 but this is label row 1"),
+    (jl({"id": "a"}, {"name": "b"}, {"id": "c"}), "lbl.jsonl:2: expected a label id"),
+    (jl({"id": "a"}, {"id": "  "}, {"id": "c"}), "lbl.jsonl:2: expected a label id"),
+    (jl({"id": "a"}, {"id": True}, {"id": "c"}), "lbl.jsonl:2: expected a label id"),
+], ids=["count", "duplicate", "order", "missing", "blank", "bool"])
+def test_a_bad_label_id_sidecar_is_one_line(tmp_path: Path, sidecar: str, message: str):
+    d = write_files(tmp_path / "d", {**XC_PLAIN, "lbl.jsonl": sidecar})
+    with pytest.raises(DataFormatError) as e:
+        load_dataset_dir(d)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_semcor_labels_are_synset_ids():
+    ds = load_dataset_dir(SEMCOR)
+    first = json.loads((SEMCOR / "lbl.jsonl").open(encoding="utf-8").readline())
+    assert ds.label_uids[0] == first["id"] == "00001740-a" and len(set(ds.label_uids)) == ds.n_labels
+
+
 def test_load_xc_raw_alternative_names_without_separator(tmp_path: Path):
     d = write_files(tmp_path / "alt", {
         "Y.txt": "alpha\nbeta\ngamma\n",

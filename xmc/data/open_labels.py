@@ -46,6 +46,7 @@ def dataset_label_ids(dataset_dir: str | Path, n_labels: int, label_uids: list[s
         if not isinstance(rec.get("id"), str):
             raise DataFormatError(path, n, "expected a string 'id' (the label's id in the catalogue)")
         ids[str(rec.get("lid", row))] = rec["id"]
+    ids.update({v: v for v in list(ids.values())})   # a label's uid is its record's id since ingest reads it
     missing = [u for u in label_uids if u not in ids]
     if missing:
         raise DataFormatError(path, None, f"{len(missing)} of the {n_labels} labels have no record here "

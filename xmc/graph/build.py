@@ -67,14 +67,15 @@ def _label_records(path: Path) -> list[tuple[int, int, str]]:
 def label_synsets(dataset_dir: str | Path, n_labels: int, label_uids: list[str] | None = None) -> list[str]:
     """Synset id of each label row, from the raw dataset's ``lbl.jsonl`` (``lid`` -> ``id``).
 
-    ``label_uids`` (the processed labels' uids, i.e. the raw ``lid``s they came from) maps a
-    subsampled label space (``data.subsample.labels: used``) back to the raw rows."""
+    ``label_uids`` (the processed labels' uids: the records' ``id``s, or the raw ``lid``s of a dataset ingested
+    without them) maps a subsampled label space (``data.subsample.labels: used``) back to the raw rows."""
     path = Path(dataset_dir) / "lbl.jsonl"
     if not path.exists():
         raise ConfigError(f"{path}: needed to map labels to WordNet synsets (not found)")
     records = _label_records(path)
     if label_uids is not None:
         by_lid = {str(lid): sid for _, lid, sid in records}
+        by_lid.update({sid: sid for _, _, sid in records})   # a label's uid is its record's id since ingest reads it
         # labels of an open label space (data.open_labels) beyond the dataset's own have their catalogue id as uid
         by_lid.update({u: u for u in label_uids if u not in by_lid and not u.isdigit()})
         missing = [u for u in label_uids if u not in by_lid]

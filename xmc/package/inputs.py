@@ -3,12 +3,11 @@ or standard input, with the same limits as the dataset readers (line length, tot
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from xmc.data.lines import checked_lines, iter_decoded_lines   # the dataset readers' limits and errors
+from xmc.data.lines import checked_lines, iter_decoded_lines, parse_json_line   # the dataset readers' limits and errors
 from xmc.errors import ConfigError, DataFormatError
 
 FORMATS = ("txt", "jsonl")
@@ -32,10 +31,7 @@ def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[
             continue
         if not line.strip():
             continue  # blank lines between JSON records are harmless
-        try:
-            rec = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as e:
-            raise DataFormatError(name, n, f"invalid JSON ({getattr(e, 'msg', 'nested too deeply')})") from None
+        rec = parse_json_line(name, n, line)   # strict as the dataset readers: no duplicate key, NUL or lone surrogate
         if not isinstance(rec, dict):
             raise DataFormatError(name, n, "expected a JSON object {\"id\"?, \"text\"}")
         text = rec.get("text")
@@ -48,7 +44,7 @@ def _records(lines: Iterator[tuple[int, str]], name: str, fmt: str) -> Iterator[
 
 
 def iter_input(path: str | Path, fmt: str = "auto") -> Iterator[tuple[str, str]]:
-    """(id, text) pairs from ``path`` (``-`` = standard input), streamed; ids default to the 0-based row."""
+    """(id, text) pairs from ``path`` (``-`` = standard input), streamed; ids default to the line number (from 1)."""
     name = str(path)
     fmt = input_format(name, fmt)
     if name == "-":
