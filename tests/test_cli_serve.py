@@ -54,12 +54,13 @@ def test_predict_from_file_and_stdin_in_both_formats(packages, tmp_path):
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     ref = xmc.load(pkg).predict(["she was able to swim across", "that which is known to exist"], 3)
     assert [r["id"] for r in rows] == ["1", "2"]   # a text without an id is its line number, as errors count lines
-    assert [[lab["uid"] for lab in r["labels"]] for r in rows] == [[p.uid for p in row] for row in ref]
+    assert [[(lab["id"], lab["index"]) for lab in r["labels"]] for r in rows] == [[(p.id, p.index) for p in row] for row in ref]
+    assert all(set(lab) == {"id", "index", "text", "score"} for r in rows for lab in r["labels"])   # each once
     p = xmc_cmd("predict", pkg, "-k", "2", "--format", "tsv", stdin=b"she was able to swim across\n")
     assert p.returncode == 0, p.stderr
     lines = p.stdout.decode().splitlines()
-    assert lines[0].split("\t") == ["id", "rank", "label_uid", "score", "label_text"]
-    assert len(lines) == 3 and lines[1].split("\t")[:3] == ["1", "1", ref[0][0].uid]
+    assert lines[0].split("\t") == ["id", "rank", "label_id", "label_index", "score", "label_text"]
+    assert len(lines) == 3 and lines[1].split("\t")[:4] == ["1", "1", ref[0][0].id, str(ref[0][0].index)]
     jl = tmp_path / "in.jsonl"
     jl.write_text(json.dumps({"id": "q7", "text": "able to swim"}) + "\n")
     p = xmc_cmd("predict", pkg, "--input", str(jl))
@@ -232,7 +233,7 @@ def test_service_predicts_like_the_api(server, packages):
     body = r.json()
     ref = xmc.load(str(packages["unidec"])).predict(texts, 4)
     assert body["model"] == "unidec" and body["k"] == 4
-    assert [[p["uid"] for p in row] for row in body["predictions"]] == [[p.uid for p in row] for row in ref]
+    assert [[p["id"] for p in row] for row in body["predictions"]] == [[p.id for p in row] for row in ref]
     assert httpx.get(server.url + "/health").json() == {"status": "ok", "model": "unidec", "labels": 300}
     m = httpx.get(server.url + "/model").json()
     assert m["labels"]["count"] == 300 and m["limits"]["max_texts"] == 256 and "files" not in m
@@ -293,7 +294,7 @@ def test_service_has_one_error_envelope_a_typed_schema_and_offline_docs(server):
     for status in ("400", "413", "422"):
         assert op["responses"][status]["content"]["application/json"]["schema"]["$ref"].endswith("/ErrorResponse")
     comps = schema["components"]["schemas"]
-    assert set(comps["LabelScore"]["properties"]) == {"label", "uid", "text", "score"}
+    assert set(comps["LabelScore"]["properties"]) == {"id", "index", "text", "score"}
     assert "/health" in schema["paths"] and "/docs" not in schema["paths"]
     page = httpx.get(server.url + "/docs", timeout=10)
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")

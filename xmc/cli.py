@@ -80,13 +80,13 @@ def cmd_train(a: argparse.Namespace) -> None:
             print(f"  {label:<10}  {_short_metrics(metrics[split])}", file=sys.stderr)
 
 
-TSV_HEADER = "id\trank\tlabel_uid\tscore\tlabel_text\n"
+TSV_HEADER = "id\trank\tlabel_id\tlabel_index\tscore\tlabel_text\n"
 
 
 def _write_tsv(out: TextIO, uid: str, preds: list[Any]) -> None:
     for rank, p in enumerate(preds, 1):
         text = p.text.replace("\t", " ").replace("\n", " ")
-        out.write(f"{uid}\t{rank}\t{p.uid}\t{p.score:.6f}\t{text}\n")
+        out.write(f"{uid}\t{rank}\t{p.id}\t{p.index}\t{p.score:.6f}\t{text}\n")
 
 
 def _tracked_outputs(start: Path) -> list[Path]:
@@ -302,8 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="auto: .jsonl files are JSON lines, anything else one text per line")
     p.add_argument("--output", default="-", help="output file (written atomically), or - for stdout (default)")
     p.add_argument("--format", default="jsonl", choices=("jsonl", "tsv"),
-                   help="jsonl: {id, text, labels: [{label, uid, text, score}]}; tsv: a header line, then id, "
-                        "rank, label uid, score, label text (id: the input's, or its line number)")
+                   help="jsonl: {id, text, labels: [{id, index, text, score}]}; tsv: a header line, then id, "
+                        "rank, label_id, label_index, score, label_text (id: the input's, or its line number; "
+                        "label_id: the dataset's id of the label, label_index: its row in the package)")
     p.add_argument("--batch-size", type=int, default=256, help="texts encoded at a time")
     p.add_argument("--expect-labels", metavar="FILE|SHA256",
                    help="refuse a package built for another label set (a labels JSON-lines file or its hash)")

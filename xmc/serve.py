@@ -1,6 +1,6 @@
 """The HTTP service of one model package (FastAPI + uvicorn).
 
-    POST /predict  {"texts": ["..."], "k": 10}  -> {"model", "k", "predictions": [[{label, uid, text, score}]]}
+    POST /predict  {"texts": ["..."], "k": 10}  -> {"model", "k", "predictions": [[{id, index, text, score}]]}
     GET  /health   -> {"status": "ok", "model", "labels"}
     GET  /model    -> the package manifest (without its file list)
     GET  /openapi.json, GET /docs (the same schema as one self-contained page: no asset from a CDN)
@@ -52,8 +52,8 @@ class PredictRequest(BaseModel):
 
 class LabelScore(BaseModel):
     """One ranked label."""
-    label: int = Field(description="the label's row in the package's label order (0-based)")
-    uid: str = Field(description="the label's id in the dataset")
+    id: str = Field(description="the label's id in the dataset (e.g. a WordNet synset id)")
+    index: int = Field(description="the label's row in the package's label order (0-based)")
     text: str = Field(description="the label's text")
     score: float = Field(description="the model's score: higher ranks first; its scale is the method's "
                                      "(GET /model: score)")

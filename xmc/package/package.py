@@ -45,10 +45,11 @@ class InputError(XMCError, ValueError):
 
 @dataclass(frozen=True)
 class Prediction:
-    """One ranked label: its id in the package's label order, its uid and text, and the model's score."""
+    """One ranked label: its id in the dataset (``lbl.jsonl``'s ``id`` on the XC raw layout, else the row), its row
+    (``index``) in the package's label order, its text, and the model's score."""
 
-    label: int
-    uid: str
+    id: str
+    index: int
     text: str
     score: float
 
@@ -245,7 +246,7 @@ class ModelPackage:
     def predict(self, texts: Sequence[str] | str, k: int = 10) -> list[list[Prediction]]:
         """Top-k labels of each text, best first."""
         D, I = self.topk(texts, k)
-        return [[Prediction(int(i), self.label_uids[i], self.label_texts[i], float(s)) for i, s in zip(ids, scores)
+        return [[Prediction(self.label_uids[i], int(i), self.label_texts[i], float(s)) for i, s in zip(ids, scores)
                  if i >= 0] for ids, scores in zip(I, D)]
 
     def predict_stream(self, items: Iterable[tuple[str, str]], k: int = 10,
