@@ -36,8 +36,8 @@ def test_every_kind_loads_and_predicts_ranked_labels_with_uids_texts_scores(pack
             scores = [p.score for p in row]
             assert scores == sorted(scores, reverse=True), name
             for p in row:
-                assert p.uid == uids[p.label] and p.text == texts[p.label]
-        assert pkg.predict("one text", k=2)[0][0].uid in uids  # a single string is one text
+                assert p.id == uids[p.index] and p.text == texts[p.index]
+        assert pkg.predict("one text", k=2)[0][0].id in uids  # a single string is one text
 
 
 def test_predictions_equal_the_models_they_were_built_from(packages):
@@ -159,11 +159,15 @@ def test_registry_names_need_a_repository(tmp_path, monkeypatch):
 
 def test_every_package_carries_a_model_card_that_matches_its_manifest(packages):
     """The card (README.md) is written from the manifest and is one of the checksummed files."""
+    from xmc.cards import split_front_matter
+
     for name, path in packages.items():
         card = (path / "README.md").read_text()
         manifest = json.loads((path / "manifest.json").read_text())
         assert "README.md" in manifest["files"], name
-        assert card.startswith(f"# {name}\n") and f"{manifest['labels']['count']:,} labels" in card
+        meta, body = split_front_matter(card)   # HF layout: YAML front matter, then the Markdown
+        assert meta["library_name"] == "xmc" and body.startswith(f"# {name}\n")
+        assert f"{manifest['labels']['count']:,} labels" in card
         assert "| validation (? instances) | 50.0 | – | 30.0 | – | 20.0 |" in card, name
         assert "| test (? instances) | 49.0 |" in card and f"xmc predict {name} " in card
         xmc.load(str(path), verify=True)   # every file, the card included, matches its SHA-256
@@ -210,7 +214,7 @@ def test_code_version_is_dirty_only_when_the_model_code_changed(tmp_path):
 
 def test_card_training_line_reads_one_stage_and_two_stage_summaries():
     """A MACLR summary has a step count per stage and a machine but no device; the card must not show "?" for it."""
-    from xmc.cards import encoder_card, training_budget, training_record
+    from xmc.cards import encoder_card, split_front_matter, training_budget, training_record
 
     assert training_budget({"epochs": 6, "steps": 330, "train_seconds": 35.58, "device": "cpu"}) == \
         "6 epochs, 330 steps, 35.58 s on cpu"
@@ -218,7 +222,8 @@ def test_card_training_line_reads_one_stage_and_two_stage_summaries():
                  "train_seconds": 618.06, "machine": {"cpu": "AMD EPYC", "cores": 2}}
     assert training_budget(two_stage) == "Stage I 24 steps, Stage II 180 steps, 618.06 s on AMD EPYC (2 cores)"
     card = encoder_card("maclr", "maclr", {}, two_stage, "semcor-wn30")
-    assert "Stage II 180 steps" in card and "?" not in card.split("\n")[2]
+    body = split_front_matter(card)[1]
+    assert "Stage II 180 steps" in card and "?" not in body.split("\n")[2]
     assert training_budget({"train_seconds": 1279.78}) == "1279.78 s of training"   # the ensemble's sum
     # a package manifest keeps only what the line needs, and the line reads the same from it
     assert training_budget(training_record({**two_stage, "pairs": {"names_pairs": 42005}})) == training_budget(two_stage)

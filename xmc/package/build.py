@@ -37,9 +37,10 @@ from xmc.evaluation import evaluate_split, write_evaluation
 from xmc.io import atomic_dir, read_json_file, sha256_files, write_json
 from xmc.metrics.bootstrap import (bootstrap_settings, document_codes, instance_contributions, paired_bootstrap,
                                    verdict)
-from xmc.cards import training_record
+from xmc.cards import dataset_licence, training_record
 from xmc.package.package import finish_package
-from xmc.package.predictors import Predictor, ShortlistPredictor, predictor_class
+from xmc.package.lexical_predictors import ShortlistPredictor
+from xmc.package.predictors import Predictor, predictor_class
 from xmc.predictions import TopK
 from xmc.workspace import Workspace
 
@@ -106,7 +107,7 @@ def predict_texts(predictor: Predictor, texts: Any, k: int, chunk: int = 8192) -
 def _shortlist_or_index(cls: type[Predictor], source: Path, out: Path, ds: XMCDataset, options: dict[str, Any],
                         params: dict[str, Any], mode: str, k: int, tfidf_dir: Path, chunk: int,
                         has_val: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], Any]:
-    """Build into ``out`` either a :class:`~xmc.package.predictors.ShortlistPredictor` over the run's predictor
+    """Build into ``out`` either a :class:`~xmc.package.lexical_predictors.ShortlistPredictor` over the run's predictor
     with an exact index, or (where validation rejects the shortlist) the run's predictor with the index that
     ``index`` asks for. Both choices are made on the validation split only, by P@5 with a paired bootstrap at
     alpha 0.05:
@@ -224,7 +225,8 @@ def dataset_record(ws: Workspace, ds: XMCDataset) -> dict[str, Any]:
     source = ws.processed / "source.json"
     info = read_json_file(source, "the dataset source") if source.is_file() else {}
     return {"sha256": sha256_files([ws.processed / f for f in DATA_FILES]), "files": list(DATA_FILES),
-            "source": info.get("source"), "train_instances": int(ds.trn.Y.shape[0])}
+            "source": info.get("source"), "train_instances": int(ds.trn.Y.shape[0]),
+            "licence": dataset_licence(info.get("source"))}   # the model is derived from the data: its licences
 
 
 def _predict_and_score(ws: Workspace, name: str, predictor: Predictor, ds: XMCDataset, splits: tuple[str, ...],
