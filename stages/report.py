@@ -52,7 +52,8 @@ def main() -> None:
         title = f"XMC comparison on {name} (test split; open label space: {n_labels:,} labels)"
     # training curves come from the live records of the runs behind the rows (plots/train/<run>/)
     page = render_figures([r["method"] for r in rows], ws.root / "plots" / "eval", ws.root / "plots" / "train",
-                          out / "figures", rep["training_families"], {r["method"]: r for r in rows})
+                          out / "figures", rep["training_families"], {r["method"]: r for r in rows},
+                          method_of=methods_of(params))
     images = [f"figures/{i['file']}" for i in page["curves"]]
     kw: dict[str, Any] = {"bootstrap": boot, "paired": paired, "alpha": alpha, "skipped": skipped}
     write_json(out / "paired.json", paired)
@@ -63,6 +64,15 @@ def main() -> None:
         fh.write(render_html(rows, title, images, plots_page="plots.html", **kw))
     with atomic_file(out / "plots.html") as fh:
         fh.write(render_plots_page(page, f"Figures: {title}"))
+
+
+def methods_of(params: dict[str, Any]) -> dict[str, str]:
+    """Row -> its method (a hybrid: its base run's; the linear peer: ``xr_linear``): which of the papers' colours the
+    figures draw it in."""
+    out = {name: str(spec.get("method", "")) for name, spec in params["runs"].items()}
+    out.update({name: "xr_linear" for name in params["xr_linear"]})
+    out.update({name: out.get(h["base"], "") for name, h in params["hybrids"].items()})
+    return out
 
 
 def check_one_dataset(rows: list[dict[str, Any]], metrics_dir: Path) -> None:

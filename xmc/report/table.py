@@ -23,11 +23,20 @@ HEADERS = {"unseen_R@100": "unseen R@100", "train_seconds": "train s", "predict_
 SEED_METRICS = ["P@1", "P@5", "PSP@5", "R@100"]
 PAIRED_METRICS = ["P@1", "P@5", "PSP@5", "R@100"]
 
-_CSS = ("body{font-family:system-ui,sans-serif;margin:2em}table{border-collapse:collapse;margin:0.5em 0}"
-        "td,th{border:1px solid #ccc;padding:4px 8px;text-align:right}td:first-child,th:first-child{text-align:left}"
-        "td:nth-child(2),th:nth-child(2){text-align:left;color:#555}"
-        ".ci{color:#777;font-size:85%}.note{color:#444;max-width:60em}td.best{background:#e8f4ea;font-weight:bold}"
-        "tr.group td{background:#f4f4f4;font-weight:bold;text-align:left}img{max-width:100%}td{white-space:nowrap}")
+# A laptop screen (about 1280-1400 px): the page is at most 1360 px wide, each table scrolls sideways inside its
+# own box (the method column stays in view) instead of widening the page, an interval sits under its value in a
+# smaller font, texts wrap, and the long tables (paired tests, texts by name match) are collapsed sections.
+_CSS = ("body{font-family:system-ui,sans-serif;margin:1em auto;padding:0 1em;max-width:1360px;line-height:1.35}"
+        ".wrap{max-width:100%;overflow-x:auto;margin:0.5em 0}table{border-collapse:collapse;font-size:13px}"
+        "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;vertical-align:top}"
+        "th{background:#f7f7f7;font-weight:600}"
+        "td:first-child,th:first-child{text-align:left;position:sticky;left:0;z-index:1;background:#fff;"
+        "white-space:nowrap}th:first-child{background:#f7f7f7}"
+        "td{white-space:nowrap}td.text{white-space:normal;text-align:left;color:#555;min-width:9em;max-width:15em}"
+        "th.text{text-align:left}"
+        ".ci{display:block;color:#777;font-size:80%;font-weight:normal}.note{color:#444;max-width:60em}"
+        "td.best{background:#e8f4ea;font-weight:bold}tr.group td{background:#f4f4f4;font-weight:bold;text-align:left}"
+        "details{margin:0.8em 0}summary{cursor:pointer;font-size:1.1em;font-weight:600}img{max-width:100%}")
 # columns where the largest value is the best (time columns are not marked)
 BEST_COLUMNS = [c for c in COLUMNS if not c.endswith("seconds")]
 # runs that are not one of the five papers' methods: baselines and published peers measured in the same pipeline
@@ -204,8 +213,9 @@ def _cell_md(r: dict[str, Any], col: str, best: dict[str, float] | None = None) 
 
 
 def _cell_html(r: dict[str, Any], col: str) -> str:
+    """The value, and its interval on a line of its own under it (``.ci`` is a block: the column stays narrow)."""
     ci = _ci(r, col)
-    return html.escape(_fmt(r.get(col), col)) + (f" <span class='ci'>[{ci[0]:.1f}, {ci[1]:.1f}]</span>" if ci else "")
+    return html.escape(_fmt(r.get(col), col)) + (f"<span class='ci'>[{ci[0]:.1f}, {ci[1]:.1f}]</span>" if ci else "")
 
 
 def _mean_sd(d: dict[str, Any] | None) -> str:
@@ -302,17 +312,19 @@ def render_markdown(rows: list[dict[str, Any]], title: str = "", bootstrap: dict
     return "\n".join(lines) + "\n"
 
 
-def _name_match_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The hybrids against their base run on the texts with a correct label among their name matches and on those
-    without (``by_name_match`` of the hybrids' metrics: validation cross-fitted, and test)."""
+NAME_MATCH_HEAD = ["hybrid", "split", "texts with / without", "with: base → hybrid P@1",
+                   "without: base → hybrid P@1", "without: hybrid − base P@1 [95 % CI]"]
+NAME_MATCH_NOTE = ("A text is \"with\" when one of its true labels is among the labels whose names it contains. "
+                   "Validation rows are cross-fitted (the fusion is fit on the other validation documents); intervals "
+                   "resample documents.")
+
+
+def _name_match_cells(rows: list[dict[str, Any]]) -> list[list[str]]:
+    """One row of cells per hybrid and split with a ``by_name_match`` breakdown (validation cross-fitted, test)."""
     found = [(r["method"], split, r[key]) for r in rows for split, key in (("val", "by_name_match_val"),
                                                                           ("tst", "by_name_match"))
              if isinstance(r.get(key), dict)]
-    if not found:
-        return []
-    out = ["", "### Hybrids on texts with and without a correct name match", "",
-           "| hybrid | split | texts with / without | with: base → hybrid P@1 | without: base → hybrid P@1 | "
-           "without: hybrid − base P@1 [95 % CI] |", "|" + "---|" * 6]
+    out = []
     for name, split, b in found:
         w, wo = b.get("with_correct_name_match", {}), b.get("without", {})
 
@@ -321,11 +333,20 @@ def _name_match_lines(rows: list[dict[str, Any]]) -> list[str]:
 
         diff = (f"{wo['P@1 diff']:+.2f} [{wo['P@1 diff ci95'][0]:.2f}, {wo['P@1 diff ci95'][1]:.2f}]"
                 if wo.get("texts") else "–")
-        out.append(f"| {name} | {split} | {w.get('texts', 0)} / {wo.get('texts', 0)} | {step(w)} | {step(wo)} | {diff} |")
-    out += ["", "A text is \"with\" when one of its true labels is among the labels whose names it contains. "
-            "Validation rows are cross-fitted (the fusion is fit on the other validation documents); intervals "
-            "resample documents."]
+        out.append([name, split, f"{w.get('texts', 0)} / {wo.get('texts', 0)}", step(w), step(wo), diff])
     return out
+
+
+def _name_match_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The hybrids against their base run on the texts with a correct label among their name matches and on those
+    without (``by_name_match`` of the hybrids' metrics: validation cross-fitted, and test)."""
+    cells = _name_match_cells(rows)
+    if not cells:
+        return []
+    out = ["", "### Hybrids on texts with and without a correct name match", "",
+           "| " + " | ".join(NAME_MATCH_HEAD) + " |", "|" + "---|" * len(NAME_MATCH_HEAD)]
+    out += ["| " + " | ".join(c) + " |" for c in cells]
+    return out + ["", NAME_MATCH_NOTE]
 
 
 def ablation_deltas(paired: list[dict[str, Any]], controls: dict[str, str]) -> list[dict[str, Any]]:
@@ -377,7 +398,17 @@ def _delta_table_html(deltas: list[dict[str, Any]]) -> str:
 def _html_table(head: list[str], body: list[list[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     trs = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body)
-    return f"<table><tr>{th}</tr>{trs}</table>"
+    return _wrap(f"<table><tr>{th}</tr>{trs}</table>")
+
+
+def _wrap(table: str) -> str:
+    """A table in a box that scrolls sideways on its own: a wide table never widens the page."""
+    return f"<div class='wrap'>{table}</div>"
+
+
+def _collapsed(summary: str, body: str) -> str:
+    """A long section shut by default (``<details>``: no script); its summary says what it holds."""
+    return f"<details><summary>{html.escape(summary)}</summary>{body}</details>"
 
 
 def render_html(rows: list[dict[str, Any]], title: str, images: list[str], bootstrap: dict[str, Any] | None = None,
@@ -403,28 +434,31 @@ def html_tables(rows: list[dict[str, Any]], bootstrap: dict[str, Any] | None = N
                 seeds: list[dict[str, Any]] | None = None, paired: list[dict[str, Any]] | None = None,
                 alpha: float = 0.05, skipped: list[str] | None = None,
                 ablation_deltas: list[dict[str, Any]] | None = None) -> list[str]:
-    """The HTML fragments of one dataset's report: the methods table, seeds, paired tests, ablations."""
+    """The HTML fragments of one dataset's report: the methods table, seeds, the hybrids by name match, paired
+    tests, ablations. Each table scrolls inside its own box; the long ones are collapsed sections."""
     e = html.escape
     best = best_per_column(rows)
     labelled = any("labelled_pairs" in r for r in rows)
-    th = "".join(f"<th>{e(h)}</th>" for h in ["method", "kind"] + (["labelled pairs used"] if labelled else [])
-                 + [HEADERS.get(c, c) for c in COLUMNS])
+    # no "kind" column (the Markdown has one): the group rows say it, and the table is a column narrower
+    used_th = "<th class='text'>labelled pairs used</th>" if labelled else ""
+    th = "<th>method</th>" + used_th + "".join(f"<th>{e(HEADERS.get(c, c))}</th>" for c in COLUMNS)
     body = []
     for kind, label in (("peer", "Baselines and published peers, measured in this pipeline"),
                         ("method", "The papers' methods"), ("hybrid", "Methods with label-name candidates (hybrid)")):
         group = [r for r in rows if kind_of(r["method"]) == kind]
         if not group:
             continue
-        body.append(f"<tr class='group'><td colspan='{2 + labelled + len(COLUMNS)}'>{e(label)}</td></tr>")
+        body.append(f"<tr class='group'><td colspan='{1 + labelled + len(COLUMNS)}'>{e(label)}</td></tr>")
         for r in group:
             cells = "".join(f"<td class='best'>{_cell_html(r, c)}</td>" if _is_best(r, c, best)
                             else f"<td>{_cell_html(r, c)}</td>" for c in COLUMNS)
-            used = f"<td>{e(r.get('labelled_pairs', ''))}</td>" if labelled else ""
-            body.append(f"<tr><td>{e(r['method'])}</td><td>{e(kind)}</td>{used}{cells}</tr>")
-    parts = [f"<table><tr>{th}</tr>{''.join(body)}</table>"]
+            used = f"<td class='text'>{e(r.get('labelled_pairs', ''))}</td>" if labelled else ""
+            body.append(f"<tr><td>{e(r['method'])}</td>{used}{cells}</tr>")
+    parts = [_wrap(f"<table><tr>{th}</tr>{''.join(body)}</table>")]
     note = interval_note(rows, bootstrap)
     if note:
-        parts.append(f"<p class='note'>{e(note)} Shaded bold: the best value of the column over all rows.</p>")
+        parts.append(f"<p class='note'>{e(note)} The interval is under each value. Shaded bold: the best value of "
+                     "the column over all rows.</p>")
     parts.append("<p class='note'>Percentages on the test split; PSP with propensity A/B from params.yaml; "
                  "unseen R@100 = recall@100 over test (instance, label) pairs whose label never occurs in training.</p>")
     if seeds:
@@ -433,14 +467,24 @@ def html_tables(rows: list[dict[str, Any]], bootstrap: dict[str, Any] | None = N
                                  [[e(s["base"]), str(s["n_found"])] + [e(_mean_sd(s.get(m))) for m in SEED_METRICS]
                                   for s in seeds]))
         parts.append(f"<p class='note'>{e(_seed_note(seeds))}</p>")
+    names = _name_match_cells(rows)
+    if names:
+        parts.append("<h2>Hybrids on texts with and without a correct name match</h2>")
+        parts.append(_collapsed(f"{len(names)} row{'s' * (len(names) != 1)} (hybrid × split): P@1 of each hybrid and "
+                                "its run",
+                                _html_table(NAME_MATCH_HEAD, [[e(c) for c in row] for row in names])
+                                + f"<p class='note'>{e(NAME_MATCH_NOTE)}</p>"))
     if paired or skipped:
         parts.append("<h2>Paired comparisons</h2>")
     if paired:
-        parts.append(_html_table(
+        wins = sum(1 for p in paired if p.get("better"))
+        table = _html_table(
             ["a", "b", "metric", "a (%)", "b (%)", "a − b [95 % CI]", "p", "p (Holm)", "verdict"],
             [[e(p["a"]), e(p["b"]), e(p["metric"]), f"{p['a_value']:.1f}", f"{p['b_value']:.1f}",
-              f"{p['diff']:+.2f} <span class='ci'>[{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}]</span>",
-              f"{p['p_value']:.3f}", f"{p['p_holm']:.3f}", e(_verdict_text(p))] for p in paired]))
+              f"{p['diff']:+.2f}<span class='ci'>[{p['ci95'][0]:.2f}, {p['ci95'][1]:.2f}]</span>",
+              f"{p['p_value']:.3f}", f"{p['p_holm']:.3f}", e(_verdict_text(p))] for p in paired])
+        parts.append(_collapsed(f"{len(paired)} tests: {wins} differences significant after Holm's correction, "
+                                f"{len(paired) - wins} ties", table))
         parts.append(f"<p class='note'>{e(_paired_note(paired, alpha))}</p>")
     if skipped:
         parts.append("<ul>" + "".join(f"<li>not compared: {e(s)}</li>" for s in skipped) + "</ul>")
