@@ -232,7 +232,8 @@ def test_bow_encoder_saves_only_the_rows_training_moved_and_loads_them_three_way
     assert np.allclose(served.encode(texts), _masked_encoding(enc, texts, torch.from_numpy(touched)), atol=1e-6)
     assert not np.allclose(served.encode(unseen[1:]), enc.encode(unseen[1:]))   # its untouched "zebra" no longer counts
     assert not any(p.requires_grad for p in served.parameters())   # a served encoder is frozen
-    assert served.query_bag.weight.shape[0] == len(touched) + 1    # the stored rows and one zero row
+    # the stored rows as saved, memory-mapped (no zero row appended by a copy): an untouched n-gram is dropped
+    assert served.query_bag.weight.shape[0] == len(touched) and (served._rows_of["query"] >= 0).sum() == len(touched)
     assert np.allclose(load_encoder(tmp_path / "b").encode(texts), served.encode(texts))   # the default
     assert np.allclose(load_encoder(tmp_path / "b", untouched="init").encode(texts), exact.encode(texts))
 

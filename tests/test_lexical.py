@@ -54,7 +54,7 @@ def test_part_of_speech_agreement(matcher):
 
 
 def test_function_word_names_match_but_rank_below_content_matches(matcher):
-    from xmc.package.predictors import LabelNamePredictor
+    from xmc.package.lexical_predictors import LabelNamePredictor
 
     p = LabelNamePredictor(matcher, "zero_shot", None)
     D, I = p.search(["take a breath by a river"], 5)
@@ -69,7 +69,7 @@ def test_sense_prior_prefers_the_frequent_sense(matcher):
     assert prior[2] > prior[1] > prior[3] and mfs[2] and not mfs[1]
     assert np.isclose(prior[1] + prior[2] + prior[3], 1.0)
     # the prior ranking puts the most frequent sense first
-    from xmc.package.predictors import LabelNamePredictor
+    from xmc.package.lexical_predictors import LabelNamePredictor
 
     D, I = LabelNamePredictor(matcher, "prior", counts).search(["a bank"], 3)
     assert I[0, 0] == 2
@@ -117,7 +117,7 @@ def test_hybrid_package_predicts_like_the_ranker(tmp_path, fusion):
     from tests.package_fixtures import trained_bow
     from xmc.io import atomic_dir
     from xmc.package import build_package, finish_package
-    from xmc.package.predictors import HybridPredictor
+    from xmc.package.lexical_predictors import HybridPredictor
 
     uids = [f"L{i}" for i in range(len(WORDNET_STYLE))]
     texts = ["the banks of the river", "took a breath", "irregularities in one-half of them"]
@@ -153,7 +153,7 @@ def test_hybrid_package_predicts_like_the_ranker(tmp_path, fusion):
 
 def test_zero_shot_name_topk_ranks_like_the_name_retriever(matcher):
     from xmc.lexical import zero_shot_name_topk
-    from xmc.package.predictors import LabelNamePredictor
+    from xmc.package.lexical_predictors import LabelNamePredictor
 
     texts = ["take a breath by a river", "no name here at all", "the banks"]
     ids, scores = zero_shot_name_topk(matcher, texts, 3)

@@ -69,9 +69,9 @@ def test_each_method_says_what_serves_it_and_what_its_training_reads():
     kinds = {m: get_method(m).predictor_kind for m in METHODS}
     assert kinds["unidec"] == "unidec" and kinds["dexml"] == kinds["astra"] == kinds["maclr"] == "dense"
     assert kinds["tfidf_knn"] == "tfidf_knn" and kinds["name_match"] == "label_names"
-    from xmc.package.predictors import PREDICTORS
+    from xmc.package.predictors import PREDICTOR_KINDS
 
-    assert set(kinds.values()) <= set(PREDICTORS)
+    assert set(kinds.values()) <= set(PREDICTOR_KINDS)
     assert get_method("maclr").features == ("maclr_pairs",) and get_method("ramen").features == ("graph",)
     assert get_method("maclr").splits_read(method_defaults("maclr")) == ()   # zero-shot: no processed split
 

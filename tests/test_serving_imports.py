@@ -97,6 +97,26 @@ print(json.dumps(sorted(sys.modules)))
     assert "xmc.package" in loaded and "xmc.models.unidec" in loaded
 
 
+def test_a_dense_or_unidec_package_loads_without_scikit_learn(packages):
+    """Their predictors import no TF-IDF vectoriser and no fusion trees (1.2 s of scikit-learn imports at every
+    cold start); a TF-IDF package does (its module is imported when such a package loads)."""
+    root, kinds = packages
+    script = """
+import json, sys
+from xmc.package import load
+pkg = load(sys.argv[1])
+pkg.predict(["He went to the bank to deposit his pay."], k=3)
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "sklearn" or m.startswith("xmc.package"))))
+"""
+    for name, expect_sklearn in (("dexml_bow", False), ("astra", False), ("unidec", False), ("tfidf_knn", True)):
+        p = subprocess.run([sys.executable, "-c", script, str(root / name)], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300, env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+        assert p.returncode == 0, p.stderr[-3000:]
+        loaded = json.loads(p.stdout.strip().splitlines()[-1])
+        assert ("sklearn" in loaded) == expect_sklearn, (name, kinds[name])
+        assert ("xmc.package.lexical_predictors" in loaded) == expect_sklearn, name
+
+
 def _top_level_imports(path: Path, module: str) -> set[str]:
     """The xmc modules imported at module level (inside if/try blocks too, not in functions)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))

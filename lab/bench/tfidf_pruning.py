@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from xmc.baselines.tfidf import knn_label_voting, tfidf_zero_shot
     from xmc.data import load_processed
     from xmc.metrics import evaluate_topk
-    from xmc.package.predictors import _load_csr, _load_vectorizer
+    from xmc.package.lexical_predictors import _load_csr, _load_vectorizer
     from xmc.sparse_topk import prune_postings
 
     repo = Path(a.repo)

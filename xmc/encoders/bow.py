@@ -207,7 +207,8 @@ class HashedBagOfWordsEncoder(TextEncoder):
         super().__init__()
         self.set_label_text(label_text)
         self.dim, self.n_buckets, self.ngram_max, self.tied, self.seed = dim, n_buckets, ngram_max, tied, seed
-        # a loaded encoder holds only the stored rows: bucket -> row of its table (untouched buckets -> a zero row)
+        # a loaded encoder holds only the stored rows: bucket -> row of its table (-1: an untouched bucket, whose
+        # n-grams add nothing to a bag but still count in its 1/sqrt(n) weight)
         self._rows_of: dict[str, np.ndarray] = {}
         if _initialise:
             g = torch.Generator().manual_seed(seed)
@@ -246,11 +247,19 @@ class HashedBagOfWordsEncoder(TextEncoder):
         """The normalised 1/sqrt(n)-weighted bag sums of these texts' hashed n-grams (``rows_of``: bucket -> row of
         a loaded encoder's stored table)."""
         flat, lengths = self._id_cache.ids(texts)
-        if rows_of is not None:
-            flat = rows_of[flat].astype(np.int64)
-        offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]])).to(self.device)
         # 1/sqrt(n) weights: long texts do not dominate, short ones are not drowned
-        w = torch.from_numpy(np.repeat(1.0 / np.sqrt(lengths), lengths).astype(np.float32)).to(self.device)
+        w_np = np.repeat(1.0 / np.sqrt(lengths), lengths).astype(np.float32)
+        if rows_of is not None:
+            # a loaded table holds the touched rows only: an untouched bucket's term is dropped (it would add a zero
+            # row), which leaves the table as stored, memory-mapped, with no zero row appended by a copy
+            flat = rows_of[flat].astype(np.int64)
+            kept = flat >= 0
+            if not kept.all():
+                text_of = np.repeat(np.arange(len(lengths)), lengths)
+                flat, w_np = flat[kept], w_np[kept]
+                lengths = np.bincount(text_of[kept], minlength=len(lengths))
+        offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)).to(self.device)
+        w = torch.from_numpy(w_np).to(self.device)
         flat_t = torch.from_numpy(flat).to(self.device)
         if not torch.is_grad_enabled() or not bag.weight.requires_grad:
             out = bag(flat_t, offsets, per_sample_weights=w)
@@ -265,8 +274,8 @@ class HashedBagOfWordsEncoder(TextEncoder):
         bag = self.query_bag if which == "query" else self.label_bag
         weight = bag.weight.detach()
         rows_of = self._rows_of.get(which)
-        if rows_of is not None:   # a loaded encoder: its stored rows (the last one is the zero row)
-            buckets = torch.from_numpy(np.flatnonzero(rows_of < len(weight) - 1))
+        if rows_of is not None:   # a loaded encoder: its stored rows
+            buckets = torch.from_numpy(np.flatnonzero(rows_of >= 0))
             return buckets, weight[torch.from_numpy(rows_of[buckets.numpy()].astype(np.int64))].contiguous()
         buckets = touched_buckets(weight, self.seed)
         return buckets, weight[buckets].contiguous()
@@ -299,7 +308,8 @@ class HashedBagOfWordsEncoder(TextEncoder):
             enc = cls(dim=int(cfg["dim"]), n_buckets=int(cfg["n_buckets"]), ngram_max=int(cfg["ngram_max"]),
                       tied=bool(cfg["tied"]), seed=int(cfg.get("seed", 0)), _initialise=False)
             enc.set_label_text(cfg.get("label_text", "full"))
-            st = load_tensors(path / "bow_encoder.pt")
+            # memory-mapped: a cold load reads the rows a query touches, not the whole table (hundreds of MB)
+            st = load_tensors(path / "bow_encoder.pt", mmap=not trainable and untouched == "zero")
             if cfg.get("storage") != "touched_rows":   # a whole table (encoders saved before touched-row storage)
                 enc._full_tables(st)
             else:
@@ -328,8 +338,8 @@ class HashedBagOfWordsEncoder(TextEncoder):
             table[torch.from_numpy(ids)] = rows.float()
             bag = nn.EmbeddingBag.from_pretrained(table, freeze=not trainable, mode="sum", sparse=True)
         elif untouched == "zero":
-            table = torch.cat([rows.float(), torch.zeros(1, self.dim)])
-            rows_of = np.full(self.n_buckets, len(ids), np.int32 if len(ids) < 2**31 - 1 else np.int64)
+            table = rows.float()   # float32 as saved: the memory-mapped tensor itself, no copy
+            rows_of = np.full(self.n_buckets, -1, np.int32 if len(ids) < 2**31 - 1 else np.int64)
             rows_of[ids] = np.arange(len(ids))
             self._rows_of[which] = rows_of
             bag = nn.EmbeddingBag.from_pretrained(table, freeze=True, mode="sum", sparse=True)

@@ -27,7 +27,7 @@ from xmc.logs import kv
 from xmc.package.build import PREDICTED_SPLITS, dataset_record
 from xmc.cards import training_record
 from xmc.package.package import finish_package
-from xmc.package.predictors import HybridPredictor
+from xmc.package.lexical_predictors import HybridPredictor
 from xmc.metrics.bootstrap import InstanceContributions, bootstrap_settings, paired_bootstrap
 from xmc.predictions import TopK
 from xmc.workspace import Workspace
