@@ -7,6 +7,7 @@ so a crash or a bad input never leaves a half-written file for DVC to cache.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -217,6 +218,26 @@ def _recover_interrupted(path: Path) -> None:
                 entry.unlink()
 
 
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def disk_full_error(e: BaseException, path: str | Path) -> OSError | None:
+    """The error to report when writing ``path`` failed for want of space: an ``OSError`` naming ``path`` (a write
+    error carries no file name of its own), also for torch's writer, which reports a full disk as a RuntimeError
+    ("file write failed", "unexpected pos ..."): then the disk's free space decides. None for any other failure."""
+    if isinstance(e, OSError) and e.errno in _DISK_FULL:
+        # an inner writer's error (a checkpoint written inside a model's folder block) keeps the file it names
+        return e if e.filename else OSError(e.errno, os.strerror(e.errno), str(path))
+    if isinstance(e, RuntimeError | OSError):
+        try:
+            full = shutil.disk_usage(Path(path).parent).free < (1 << 20)
+        except OSError:
+            full = False
+        if full:
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+    return None
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary directory that replaces ``path`` only if the block succeeds.
@@ -233,8 +254,11 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = disk_full_error(e, path)
+        if full is not None:   # one line naming what could not be written; the previous output is untouched
+            raise full from None
         raise
     fault_point("atomic_dir.before_replace")
     if path.exists():
@@ -265,9 +289,12 @@ def atomic_file(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
             yield fh
         fault_point("atomic_file.before_replace")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        full = disk_full_error(e, path)
+        if full is not None:
+            raise full from None
         raise
 
 
@@ -317,16 +344,18 @@ def save_csr(path: str | Path, matrix: Any) -> None:
                            shape=np.array(m.shape), data=m.data)
 
 
-def load_tensors(path: str | Path, map_location: str = "cpu") -> Any:
+def load_tensors(path: str | Path, map_location: str = "cpu", mmap: bool = False) -> Any:
     """A saved state dict (tensors and plain data) with ``weights_only=True``; a corrupt, truncated or
-    pickled-object file is a one-line :class:`~xmc.errors.DataFormatError`, never code that runs."""
+    pickled-object file is a one-line :class:`~xmc.errors.DataFormatError`, never code that runs. ``mmap``: the
+    tensors are views of the memory-mapped file (read-only use: pages are read when touched, so a cold load of a
+    large table costs what a prediction reads of it)."""
     import torch   # imported here: xmc.io serves the stages that never load torch (ingest, validate, tfidf, ...)
 
     path = Path(path)
     if not path.is_file():
         raise DataFormatError(path, None, "missing from the model folder")
     try:
-        return torch.load(path, map_location=map_location, weights_only=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except Exception as e:  # noqa: BLE001 - unpickling refusals, zip errors, truncation
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         raise DataFormatError(path, None, f"not a tensor file this package can load safely ({first})") from None

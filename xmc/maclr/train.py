@@ -164,9 +164,10 @@ class MACLRObjective(Objective):
 
 
 def train_stage1(encoder: TextEncoder, pairs: PseudoPairs, cfg: dict[str, Any], work_dir: Path,
-                 encode_batch_size: int = 256, live: TrainingLog | None = None) -> dict[str, Any]:
+                 encode_batch_size: int = 256, live: TrainingLog | None = None, complete: bool = True) -> dict[str, Any]:
     """Stage I in place on ``encoder``; returns a summary (timings, clustering trace). ``cfg``: a maclr
-    ``stage1`` section (partial: the schema's defaults fill the rest)."""
+    ``stage1`` section (partial: the schema's defaults fill the rest). ``complete=False``: its checkpoint stays
+    until the caller's model is saved (``summary["trainer"].complete()``)."""
     cfg = filled(MaclrStage1, cfg, "stage1")
     tcfg = TrainConfig.from_params(cfg["train"])
     n_batches = -(-len(pairs.ict) // tcfg.batch_size)
@@ -184,7 +185,7 @@ def train_stage1(encoder: TextEncoder, pairs: PseudoPairs, cfg: dict[str, Any], 
                       live_prefix="stage1")
     sampler.steps_per_epoch = trainer.steps_per_epoch
     t0 = time.perf_counter()
-    trainer.fit()
+    trainer.fit(complete=complete)
     return {"seconds": round(time.perf_counter() - t0, 2), "steps": trainer.global_step,
             "reclustered_at": sampler.reclustered_at, "k_used": sampler.k_used,
             "recluster_seconds": [round(s, 2) for s in sampler.recluster_seconds], "trainer": trainer}
@@ -193,8 +194,9 @@ def train_stage1(encoder: TextEncoder, pairs: PseudoPairs, cfg: dict[str, Any], 
 # ---- Stage II and few-shot: plain dual-encoder runs --------------------------------------------
 def train_pairs(encoder: TextEncoder, texts: list[str], label_texts: list[str], Y: sp.csr_matrix,
                 cfg: dict[str, Any], work_dir: Path, fingerprint: dict[str, Any], live: TrainingLog | None = None,
-                live_prefix: str = "") -> tuple[Trainer, float]:
-    """DecoupledSoftmax dual encoder on the pairs of ``Y`` (in-batch negatives), in place on ``encoder``."""
+                live_prefix: str = "", complete: bool = True) -> tuple[Trainer, float]:
+    """DecoupledSoftmax dual encoder on the pairs of ``Y`` (in-batch negatives), in place on ``encoder``
+    (``complete=False``: the checkpoint stays until the caller's model is saved, :meth:`Trainer.complete`)."""
     model = DualEncoderModel(encoder, label_texts)
     sampler = build_sampler(Y, cfg["negatives"])
     loss = build_loss(cfg["loss"]["name"], **{k: v for k, v in cfg["loss"].items() if k != "name"})
@@ -202,7 +204,7 @@ def train_pairs(encoder: TextEncoder, texts: list[str], label_texts: list[str], 
                       fingerprint_extra={**fingerprint, "nnz": int(Y.nnz), "negatives": cfg["negatives"], "loss": cfg["loss"]},
                       live=live, live_prefix=live_prefix)
     t0 = time.perf_counter()
-    trainer.fit()
+    trainer.fit(complete=complete)
     return trainer, time.perf_counter() - t0
 
 

@@ -22,6 +22,7 @@ import torch
 
 from xmc.config.runs import RunSpec
 from xmc.errors import ConfigError
+from xmc.io import fault_point
 from xmc.trainer import RetrievalEvaluator, Trainer, TrainConfig
 from xmc.workspace import Workspace
 
@@ -51,6 +52,8 @@ class RunContext:
     plots_dir: Path          # the live training record (plots/train/<run>/, DVCLive)
     live: Any = None         # its :class:`~xmc.trainer.live.TrainingLog`, shared by the run's trainers
     ws: Workspace = field(default_factory=Workspace)   # where the processed data and the features are
+    # run once the model is in place (Trainer.complete: drop the checkpoints a kill before that would resume from)
+    after_saved: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -106,10 +109,12 @@ class TrainerMethod(Method):
                           ds.trn.texts, ctx.work_dir, evaluator=evaluator, eval_every_epochs=every,
                           fingerprint_extra=parts.fingerprint, live=ctx.live)
         t0 = time.perf_counter()
-        result = trainer.fit()
+        result = trainer.fit(complete=False)   # the checkpoint stays until the model is saved
         extra = parts.after_fit(result["history"])
         wall = time.perf_counter() - t0
+        fault_point("train.before_save")
         parts.save(ctx.model_dir)
+        ctx.after_saved.append(trainer.complete)
         hist = result["history"]
         return {
             "train_seconds": round(sum(e["seconds"] for e in hist["epochs"]), 2),  # epochs include ANN refreshes

@@ -17,7 +17,7 @@ from typing import Any
 from xmc.config.runs import RunSpec
 from xmc.data import load_processed
 from xmc.data.dataset import FILTER_FILES, SPLIT_FILES
-from xmc.io import atomic_dir
+from xmc.io import atomic_dir, fault_point
 from xmc.machine import describe_machine, set_threads
 from xmc.methods import get_method
 from xmc.methods.base import Method, RunContext
@@ -61,7 +61,10 @@ def train_run(params: dict[str, Any], run: RunSpec, ws: Workspace, data: Any = N
         # another rank of a data-parallel run: it trains in step with rank 0, which alone writes the outputs
         with tempfile.TemporaryDirectory(prefix=f"xmc-rank{dist_ctx.rank}-") as scratch:
             ctx = RunContext(params, run, Path(scratch), ws.checkpoints(name), Path(scratch) / "plots", None, ws)
-            return {"run": name, "method": run.method, **method.train(ctx, data)}
+            out = {"run": name, "method": run.method, **method.train(ctx, data)}
+            for done in ctx.after_saved:   # in step with rank 0's, which waits for its model to be in place
+                done()
+            return out
     live = TrainingLog(ws.training_record(name))
     with atomic_dir(ws.model(name)) as tmp:
         ctx = RunContext(params, run, tmp, ws.checkpoints(name), ws.training_record(name), live, ws)
@@ -76,6 +79,10 @@ def train_run(params: dict[str, Any], run: RunSpec, ws: Workspace, data: Any = N
         if (tmp / "README.md").is_file():   # a sentence-transformers folder: its generic card gives way to ours
             (tmp / "README.md").write_text(encoder_card(name, run.method, run.config, summary,
                                                         params["data"]["dataset_dir"]), encoding="utf-8")
+    # the model is in place: only now may its checkpoints go (a kill up to here resumes from them)
+    fault_point("train.after_save")
+    for done in ctx.after_saved:
+        done()
     ws.checkpoints(name).mkdir(parents=True, exist_ok=True)   # the stage's declared (persisted) checkpoint folder
     log.info("trained %s (%s) in %.1f s", name, run.method, summary.get("train_seconds", 0.0))
     release_freed_memory()   # the run's tables are freed now; the trainer's malloc settings would keep them resident

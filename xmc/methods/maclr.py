@@ -32,15 +32,19 @@ class MACLRMethod(Method):
         t_all = time.perf_counter()
         s1 = cfg["stage1"]
         if s1["train"]["epochs"] > 0:
-            res = train_stage1(encoder, pairs, s1, ctx.work_dir / "stage1", encode_batch_size=bs, live=ctx.live)
-            res.pop("trainer")
+            # each stage's checkpoint stays until the encoder is saved: a kill during Stage II resumes Stage I
+            # where its checkpoint is, not from the start
+            res = train_stage1(encoder, pairs, s1, ctx.work_dir / "stage1", encode_batch_size=bs, live=ctx.live,
+                               complete=False)
+            ctx.after_saved.append(res.pop("trainer").complete)
             summary["stage1"] = res
         s2 = cfg["stage2"]
         if s2["train"]["epochs"] > 0:
             Y, info = stage2_pseudo_matrix(encoder, pairs, s2, encode_batch_size=bs)
             trainer, secs = train_pairs(encoder, pairs.texts, pairs.label_texts, Y, s2, ctx.work_dir / "stage2",
                                         {"maclr_stage2": s2, "stage1": cfg["stage1"], "encoder": cfg["encoder"]},
-                                        live=ctx.live, live_prefix="stage2")
+                                        live=ctx.live, live_prefix="stage2", complete=False)
+            ctx.after_saved.append(trainer.complete)
             summary["stage2"] = {**info, "seconds": round(secs, 2), "steps": trainer.global_step}
         summary["train_seconds"] = round(time.perf_counter() - t_all, 2)
         encoder.save(ctx.model_dir)
@@ -63,7 +67,9 @@ class MACLRFewShotMethod(Method):
             for m in {id(encoder.query_model): encoder.query_model, id(encoder.label_model): encoder.label_model}.values():
                 m.get_input_embeddings().weight.requires_grad_(False)
         trainer, secs = train_pairs(encoder, ds.trn.texts, ds.label_texts, Y, cfg, ctx.work_dir,
-                                    {"fewshot": cfg, "data": ds.meta.get("content_sha256")}, live=ctx.live)
+                                    {"fewshot": cfg, "data": ds.meta.get("content_sha256")}, live=ctx.live,
+                                    complete=False)
+        ctx.after_saved.append(trainer.complete)
         encoder.save(ctx.model_dir)
         return {"init": cfg["init"], "ratio": cfg["ratio"], "labels": int(len(labels)), "pairs": int(Y.nnz),
                 "instances": int((Y.getnnz(1) > 0).sum()), "steps": trainer.global_step,

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 import torch
 
 from xmc.errors import DataFormatError
-from xmc.io import fault_point, pid_alive
+from xmc.io import disk_full_error, fault_point, pid_alive
 
 _NDARRAY, _TUPLE, _OBJECTS, _CSR = "__ndarray__", "__tuple__", "__ndarray_list__", "__csr_matrix__"
 
@@ -74,8 +74,11 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
             os.fsync(fh.fileno())
         fault_point("checkpoint.before_replace")
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        full = disk_full_error(e, path)
+        if full is not None:   # one line naming the checkpoint; the previous checkpoint stays
+            raise full from None
         raise
 
 

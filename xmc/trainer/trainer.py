@@ -396,7 +396,10 @@ class Trainer:
         return loss.detach(), G
 
     # ---- the loop ------------------------------------------------------------------------------
-    def fit(self) -> dict[str, Any]:
+    def fit(self, complete: bool = True) -> dict[str, Any]:
+        """Train to the last epoch, resuming from this run's checkpoint if there is one. ``complete=False`` keeps
+        the last checkpoint: the caller saves the model and then calls :meth:`complete`, so that a kill between
+        the end of training and the saved model resumes instead of training again from the start."""
         reuse_freed_memory()   # every step allocates the same large temporaries (xmc.trainer.memory)
         torch.manual_seed(self.cfg.seed)
         self._last_checkpoint = time.monotonic()
@@ -466,10 +469,11 @@ class Trainer:
             if self.epoch < self.cfg.epochs and self._checkpoint_due():
                 self.save_checkpoint()
         self.model.eval()
-        self._completed()
+        if complete:
+            self.complete()
         return {"train_seconds_this_run": time.perf_counter() - t_start, "history": self.history}
 
-    def _completed(self) -> None:
+    def complete(self) -> None:
         """A finished run keeps no resumable state: a rerun happens only when its settings or data changed,
         and then starts afresh. The checkpoint (model + optimiser moments: GBs for large tables) is replaced
         by a small record of the run."""
