@@ -127,10 +127,9 @@ def test_training_killed_while_writing_a_checkpoint_resumes_to_the_same_model(re
     assert not list((results_of(repo) / "checkpoints/tiny_bow").glob(".checkpoint.pt.tmp-*"))
 
 
-@pytest.mark.parametrize("point", ["train.before_save", "atomic_dir.before_replace", "train.after_save"])
-def test_training_killed_at_its_end_resumes_from_its_checkpoint_to_the_same_model(repo, point):
-    """A kill after the last step (before the model is saved, while its folder replaces the old one, or just after)
-    keeps the checkpoint: the rerun resumes from it instead of training from the start, and saves the same weights."""
+@pytest.fixture(scope="module")
+def uninterrupted(repo) -> dict:
+    """The weights of an uninterrupted training of tiny_bow."""
     import torch
 
     if not (results_of(repo) / "data/processed").exists():
@@ -140,10 +139,20 @@ def test_training_killed_at_its_end_resumes_from_its_checkpoint_to_the_same_mode
     shutil.rmtree(ckpt, ignore_errors=True)
     p = run(repo, ["stages.train", "tiny_bow"])
     assert p.returncode == 0, p.stderr
-    reference = torch.load(model / "bow_encoder.pt", weights_only=True)
     assert not (ckpt / "checkpoint.pt").exists()   # a finished run keeps no checkpoint
-    shutil.rmtree(model)
-    shutil.rmtree(ckpt)
+    return torch.load(model / "bow_encoder.pt", weights_only=True)
+
+
+@pytest.mark.parametrize("point", ["train.before_save", "atomic_dir.before_replace", "train.after_save"])
+def test_training_killed_at_its_end_resumes_from_its_checkpoint_to_the_same_model(repo, uninterrupted, point):
+    """A kill after the last step (before the model is saved, while its folder replaces the old one, or just after)
+    keeps the checkpoint: the rerun resumes from it instead of training from the start, and saves the same weights."""
+    import torch
+
+    reference = uninterrupted
+    model, ckpt = results_of(repo) / "models/tiny_bow", results_of(repo) / "checkpoints/tiny_bow"
+    shutil.rmtree(model, ignore_errors=True)
+    shutil.rmtree(ckpt, ignore_errors=True)
     killed = run(repo, ["stages.train", "tiny_bow"], kill_at=point)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert (ckpt / "checkpoint.pt").exists(), f"{point}: the checkpoint went before the model was in place"

@@ -45,9 +45,9 @@ def package_bytes(root: Path) -> int:
 
 
 def evict(root: Path) -> None:
-    """Drop the package's pages from the page cache (each file: fsync, then POSIX_FADV_DONTNEED)."""
+    """Drop the files' pages from the page cache (each file: fsync, then POSIX_FADV_DONTNEED)."""
     for p in root.rglob("*"):
-        if p.is_file():
+        if p.is_file() and not p.is_symlink():
             fd = os.open(p, os.O_RDONLY)
             try:
                 os.fsync(fd)
@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--only", default="", help="comma-separated package names (default: every package)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--cold-libraries", action="store_true",
+                    help="cold also evicts the environment's files (torch, faiss...: sys.prefix), as after a reboot")
     a = ap.parse_args(argv)
     names = [n for n in a.only.split(",") if n] or sorted(p.name for p in a.packages.iterdir()
                                                           if (p / "manifest.json").is_file())
@@ -97,6 +99,8 @@ def main(argv: list[str] | None = None) -> None:
         cold, warm = [], []
         for _ in range(a.repeats):
             evict(root)
+            if a.cold_libraries:
+                evict(Path(sys.prefix))
             cold.append(one_run(root))
             warm.append(one_run(root))
         row = {"package": name, "kind": manifest.get("predictor", {}).get("kind"), "mib": round(package_bytes(root) / 2**20, 1),
@@ -108,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
               f"(process {row['warm']['process_s']:6.2f} s)", flush=True)
     help_s = cli_help_seconds(a.repeats)
     print(f"xmc --help: {help_s:.2f} s")
-    out = {"packages": str(a.packages), "repeats": a.repeats, "texts": len(TEXTS), "xmc_help_s": round(help_s, 3),
+    out = {"packages": str(a.packages), "repeats": a.repeats, "cold_libraries": a.cold_libraries, "texts": len(TEXTS), "xmc_help_s": round(help_s, 3),
            "cpu_count": os.cpu_count(), "rows": rows}
     if a.out:
         a.out.write_text(json.dumps(out, indent=2) + "\n")
