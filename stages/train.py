@@ -20,6 +20,7 @@ from xmc.encoders.cache import configure_from_params
 from xmc.errors import ConfigError
 from xmc.methods.base import ranks_of
 from xmc.methods.harness import train_run
+from xmc.parallel import exit_rank
 from xmc.workspace import product_workspace
 
 # what a run's training record holds (xmc.trainer.live: DVCLive's summary and histories); the folder persists across
@@ -71,4 +72,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    run_entry_point(main)
+    run_entry_point(main, finish=exit_rank)   # a torchrun rank ends without interpreter finalisation (exit_rank)

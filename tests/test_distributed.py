@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -177,10 +179,14 @@ def _worker(rank: int, world: int, init_file: str, negatives: dict, out: str, re
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    from xmc.parallel import exit_rank
+
     try:
         TRAIN[method](negatives, Path(out), Path(result))
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        traceback.print_exc()
+        exit_rank(1)
+    exit_rank(0)   # as stages.train's ranks end: a normal exit can abort in gloo's threads (xmc.parallel.exit_rank)
 
 
 NEGATIVES = {
@@ -301,3 +307,24 @@ def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
     assert summary["epochs"] == 100
     live = json.loads((results_of(repo) / "plots" / "train" / "dexml_bow" / "metrics.json").read_text())
     assert live["step"] == summary["steps"]
+
+
+def test_entry_point_hands_every_exit_code_to_its_finish_hook(capsys):
+    """stages.train ends a torchrun rank through ``finish`` (xmc.parallel.exit_rank) on success, on a failure (its
+    one-line message first) and on sys.exit; outside a process group exit_rank returns and the usual exit follows."""
+    from xmc.config import run_entry_point
+    from xmc.errors import ConfigError
+    from xmc.parallel import exit_rank
+
+    def fails() -> None:
+        raise ConfigError("run 'x': no such run")
+
+    seen: list[int] = []
+    run_entry_point(lambda: None, finish=seen.append)
+    with pytest.raises(SystemExit) as bad:
+        run_entry_point(fails, finish=seen.append)
+    with pytest.raises(SystemExit) as quit_:
+        run_entry_point(lambda: sys.exit(3), finish=seen.append)
+    assert seen == [0, 2, 3] and bad.value.code == 2 and quit_.value.code == 3
+    assert "error: run 'x': no such run" in capsys.readouterr().err
+    assert exit_rank(0) is None   # no process group here: nothing to end

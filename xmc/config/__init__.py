@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import zipfile
 import zlib
 from collections.abc import Callable
@@ -167,9 +168,12 @@ def _watch_parent() -> None:
     threading.Thread(target=loop, name="xmc-parent-watch", daemon=True).start()
 
 
-def run_entry_point(main: Callable[[], None]) -> None:
+def run_entry_point(main: Callable[[], None], finish: Callable[[int], None] | None = None) -> None:
     """Run a stage's main: any failure becomes one line on stderr (``error: ...``) and an exit code that says
-    whether retrying can help (2: input, 3: resource, 1: other). ``--debug`` or ``XMC_DEBUG=1`` re-raises."""
+    whether retrying can help (2: input, 3: resource, 1: other). ``--debug`` or ``XMC_DEBUG=1`` re-raises.
+
+    ``finish(code)``, when given, is called with the exit code once main has returned or failed; it may end the
+    process itself (a torchrun rank: :func:`xmc.parallel.exit_rank`)."""
     set_offline_env()
     setup_logging(os.environ.get("XMC_LOG_LEVEL", "INFO"))
     debug = os.environ.get("XMC_DEBUG", "") not in ("", "0") or "--debug" in sys.argv
@@ -179,14 +183,22 @@ def run_entry_point(main: Callable[[], None]) -> None:
     # would otherwise leave the ranks training, and writing checkpoints, next to the rerun)
     if (os.environ.get("DVC_STAGE") or os.environ.get("TORCHELASTIC_RUN_ID")) and sys.platform.startswith("linux"):
         _watch_parent()
+    code = 0
     try:
         main()
-    except SystemExit:
-        raise
-    except BaseException as e:  # noqa: BLE001 - every failure is reported as one line
-        if debug:
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if finish is None:
             raise
+    except BaseException as e:  # noqa: BLE001 - every failure is reported as one line
+        if debug and finish is None:
+            raise
+        if debug:   # --debug under a finish hook: the traceback, then the hook's exit
+            traceback.print_exc()
         msg, code = describe_error(e)
         for line in msg.splitlines():
             print(f"error: {line}", file=sys.stderr)
+    if finish is not None:
+        finish(code)
+    if code:
         sys.exit(code)
