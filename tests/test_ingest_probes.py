@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from stages import ingest as ingest_stage
+from tests.test_formats import _write_params
 from xmc.config import EXIT_INPUT_ERROR, run_entry_point
 from xmc.data.formats import load_dataset_dir
 from xmc.errors import DataFormatError
@@ -289,20 +290,6 @@ def test_a_json_number_that_is_no_finite_number_is_one_line(tmp_path: Path, valu
 
 
 # ------------------------------------------------------------------------------ through the ingest stage
-
-
-def _write_params(d: Path, dataset_dir: Path, uid_sep: str | None = None) -> Path:
-    """A params.yaml in ``d`` reading ``dataset_dir``; returns where ingest writes."""
-    (d / "params.yaml").write_text(
-        "data:\n"
-        f"  dataset_dir: {json.dumps(str(dataset_dir))}\n"
-        "  layout: auto\n"
-        f"  uid_separator: {'null' if uid_sep is None else json.dumps(uid_sep)}\n"
-        "  text_fields: [title, content]\n"
-        "  subsample: {trn: 0, tst: 0, unit: documents, labels: all}\n",
-        encoding="utf-8",
-    )
-    return d / "results" / Path(dataset_dir).name / "data" / "processed"
 
 
 def _ingest_in_process(cwd: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

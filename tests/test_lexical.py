@@ -193,6 +193,35 @@ def test_zero_shot_fusion_reads_no_training_counts_and_lets_the_method_pick_the_
         assert (R[:, 0] == np.array(gold)).all()
 
 
+def test_zero_shot_fusion_keeps_the_run_where_the_names_mislead():
+    """650 texts name "river" (label 8): on 400 it is the answer and the run ranks a wrong label first; on 250 the run
+    is right and the name misleads. By P@1 alone the names win (61.5 against 38.5); under
+    hybrid.max_loss_without_name_match only a weight that keeps the run's ranking is eligible, and a grid without one
+    takes the point losing least and says the bound was not met."""
+    from xmc.lexical.hybrid import choose_zero_shot_fusion
+    from xmc.package.fuse import with_correct_name_match
+
+    n, named, misled_n = len(WORDNET_STYLE), 400, 250
+    texts = ["the river"] * (named + misled_n)
+    gold = [8] * named + [5] * misled_n
+    I = np.tile(np.array([5, 8, 0, 4]), (len(texts), 1))
+    D = np.tile(np.array([0.9, 0.8, 0.3, 0.2], np.float32), (len(texts), 1))
+    Y = sp.csr_matrix((np.ones(len(texts)), (np.arange(len(texts)), gold)), shape=(len(texts), n))
+    table = HybridRanker(WORDNET_STYLE, "auto", np.zeros(n)).table(texts, D, I)
+    misled = ~with_correct_name_match(table, HYBRID_FEATURES, Y)
+    assert misled.sum() == misled_n
+    rows, grid = np.arange(len(texts)), [0.0, 1.0, 1.0e6]
+    _, free = choose_zero_shot_fusion(table, Y, rows, grid, [0.0, 10.0], 1)
+    assert free["method_weight"] < 1e6 and free["P@1"] == round(100 * named / len(texts), 3)
+    _, bound = choose_zero_shot_fusion(table, Y, rows, grid, [0.0, 10.0], 1, misled, 1.0, 200)
+    assert bound["method_weight"] == 1e6 and bound["bound_met"] is True
+    assert bound["loss without a correct name match"] <= 1.0 and bound["P@1"] == round(100 * misled_n / len(texts), 3)
+    _, few = choose_zero_shot_fusion(table, Y, rows, grid, [0.0, 10.0], 1, misled, 1.0, misled_n + 1)
+    assert (few["method_weight"], few["P@1"]) == (free["method_weight"], free["P@1"]) and "bound_met" not in few
+    _, none = choose_zero_shot_fusion(table, Y, rows, [0.0], [0.0, 10.0], 1, misled, 1.0, 200)
+    assert none["bound_met"] is False and none["loss without a correct name match"] == 100.0
+
+
 def _fuse_params(**hybrid):
     from xmc.config.schema import EvaluateConfig, HybridConfig, IndexConfig, filled
 

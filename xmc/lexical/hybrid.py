@@ -389,19 +389,63 @@ def precision_at(table: CandidateTable, scores: np.ndarray, gold: sp.csr_matrix,
     return float(100.0 * hits.sum() / (k * max(1, len(rows))))
 
 
+class LossWithoutNameMatch:
+    """P@1 points lost against the run's own ranking on the texts of ``rows`` with no correct label among their name
+    matches (``misled``), the bound :func:`choose_zero_shot_fusion` and :func:`choose_first_bonus` choose under:
+    judged (``bounded``) only over at least ``min_texts`` such texts, where one text weighs under the bound."""
+
+    def __init__(self, table: CandidateTable, gold: sp.csr_matrix, rows: np.ndarray, features: tuple[str, ...],
+                 misled: np.ndarray | None, max_loss: float | None, min_texts: int) -> None:
+        self.table, self.gold, self.max_loss = table, gold, max_loss
+        self.wo = np.intersect1d(rows, np.flatnonzero(misled)) if misled is not None and max_loss is not None \
+            else np.zeros(0, np.int64)
+        self.base = precision_at(table, base_only_fusion(features).score(table.X), gold, self.wo, 1) \
+            if len(self.wo) else None
+        self.bounded = self.base is not None and len(self.wo) >= max(1, min_texts)
+
+    def of(self, scores: np.ndarray) -> float | None:
+        """The loss under ``scores`` (None: no such texts)."""
+        return None if self.base is None else self.base - precision_at(self.table, scores, self.gold, self.wo, 1)
+
+    def best(self, precisions: Sequence[float], losses: Sequence[float | None]) -> tuple[int, bool | None]:
+        """The grid point with the best precision among those within the bound (ties: the first; none within: the
+        one losing least), and whether the bound held (None: not judged)."""
+        eligible = [i for i in range(len(precisions)) if not self.bounded or losses[i] <= self.max_loss + 1e-9]
+        if not eligible:
+            return min(range(len(losses)), key=lambda i: losses[i]), False
+        best = eligible[0]
+        for i in eligible[1:]:
+            if precisions[i] > precisions[best] + 1e-9:
+                best = i
+        return best, (True if self.bounded else None)
+
+
+def _with_loss(info: dict[str, Any], loss: float | None) -> dict[str, Any]:
+    return {**info, "loss without a correct name match": round(loss, 3)} if loss is not None else info
+
+
 def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np.ndarray,
                             method_weights: Sequence[float], matched_bonuses: Sequence[float],
-                            k: int) -> tuple[FusionWeights, dict[str, float]]:
-    """The grid point of :func:`zero_shot_fusion` with the best P@k on ``rows`` (ties: the first in grid order)."""
-    best: tuple[float, FusionWeights, dict[str, float]] | None = None
-    for mw in method_weights:
-        for mb in matched_bonuses:
-            w = zero_shot_fusion(float(mw), float(mb))
-            p = precision_at(table, w.score(table.X), gold, rows, k)
-            if best is None or p > best[0] + 1e-9:
-                best = (p, w, {"method_weight": float(mw), "matched_bonus": float(mb), f"P@{k}": round(p, 3)})
-    assert best is not None
-    return best[1], best[2]
+                            k: int, misled: np.ndarray | None = None, max_loss: float | None = None,
+                            min_texts: int = 1) -> tuple[FusionWeights, dict[str, Any]]:
+    """The grid point of :func:`zero_shot_fusion` with the best P@k on ``rows`` (ties: the first in grid order).
+
+    With ``misled`` (per text: no correct label among its name matches) and ``max_loss``, as in
+    :func:`choose_first_bonus`: only points whose P@1 on those of ``rows`` is at most ``max_loss`` points below the
+    run's own ranking are eligible (:class:`LossWithoutNameMatch`). A large enough ``method_weight`` keeps the run's
+    ranking (the names only break its ties), so a grid that holds one always has an eligible point."""
+    bound = LossWithoutNameMatch(table, gold, rows, HYBRID_FEATURES, misled, max_loss, min_texts)
+    grid = [zero_shot_fusion(float(mw), float(mb)) for mw in method_weights for mb in matched_bonuses]
+    assert grid, "an empty zero-shot grid"
+    scores = [w.score(table.X) for w in grid]
+    precisions = [precision_at(table, s, gold, rows, k) for s in scores]
+    losses = [bound.of(s) for s in scores]
+    i, met = bound.best(precisions, losses)
+    mw, mb = [(float(mw), float(mb)) for mw in method_weights for mb in matched_bonuses][i]
+    info = _with_loss({"method_weight": mw, "matched_bonus": mb, f"P@{k}": round(precisions[i], 3)}, losses[i])
+    if met is not None:
+        info["bound_met"] = met
+    return grid[i], info
 
 
 def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tuple[str, ...], gold: sp.csr_matrix,
@@ -415,28 +459,14 @@ def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tupl
     least ``min_texts`` such texts (fewer: each grid point's loss is reported, P@1 alone decides). Returns (bonus,
     what each grid point scored, whether the bound held: None where it was not judged)."""
     first = first_of_a_run(table, features)
-    wo = np.intersect1d(rows, np.flatnonzero(misled)) if misled is not None and max_loss is not None else None
-    base_wo = precision_at(table, base_only_fusion(features).score(table.X), gold, wo, 1) \
-        if wo is not None and len(wo) else None
-    bounded = base_wo is not None and len(wo) >= min_texts
-    tried: dict[str, Any] = {}
-    points = []
-    for b in grid:
-        s = scores + float(b) * first
-        p = precision_at(table, s, gold, rows, 1)
-        loss = base_wo - precision_at(table, s, gold, wo, 1) if base_wo is not None else None
-        tried[f"{float(b):g}"] = {"P@1": round(p, 3), **({"loss without a correct name match": round(loss, 3)}
-                                                         if loss is not None else {})}
-        points.append((float(b), p, loss))
-    eligible = [pt for pt in points if not bounded or pt[2] <= max_loss + 1e-9]
-    if eligible:
-        best = eligible[0]
-        for pt in eligible[1:]:
-            if pt[1] > best[1] + 1e-9:
-                best = pt
-    else:
-        best = min(points, key=lambda pt: pt[2])
-    return best[0], tried, (bool(eligible) if bounded else None)
+    bound = LossWithoutNameMatch(table, gold, rows, features, misled, max_loss, min_texts)
+    bonuses = [float(b) for b in grid]
+    bonused = [scores + b * first for b in bonuses]
+    precisions = [precision_at(table, s, gold, rows, 1) for s in bonused]
+    losses = [bound.of(s) for s in bonused]
+    tried = {f"{b:g}": _with_loss({"P@1": round(p, 3)}, loss) for b, p, loss in zip(bonuses, precisions, losses)}
+    i, met = bound.best(precisions, losses)
+    return bonuses[i], tried, met
 
 
 def top_k(table: CandidateTable, scores: np.ndarray, n_rows: int, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -156,11 +156,15 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     table = without_pairs(ranker.table_many(ds.val.texts, base_topk("val")), ds.val_filter)
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
     chosen: dict[str, Any] = {}
+    # the texts whose name matches are all wrong: there a fusion may lose at most hybrid.max_loss_without_name_match
+    # P@1 against its run (the zero-shot weights and the first bonus are chosen under that bound)
+    misled = None if ensemble else ~with_correct_name_match(table, ranker.features, ds.val.Y)
 
     def fit(rows: np.ndarray):
         if zero_shot:
             return choose_zero_shot_fusion(table, ds.val.Y, rows, zs["method_weight"], zs["matched_bonus"],
-                                           zs["precision_k"])
+                                           zs["precision_k"], misled, cfg["max_loss_without_name_match"],
+                                           cfg["min_texts_without_name_match"])
         return fit_supervised_fusion(cfg, table, ds.val.Y, rows, ranker.features), {}
 
     cross, infos = cross_fitted_scores(table, folds, fit)
@@ -168,11 +172,14 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     ranker.weights, info = fit(np.arange(len(ds.val)))
     if info:
         chosen["all"] = info
+    if info.get("bound_met") is False:
+        log.warning("%s: no zero-shot weights keep the validation texts without a correct name match within %.2f P@1 "
+                    "of %s; the ones losing least are taken (%.2f)", name, cfg["max_loss_without_name_match"],
+                    bases[0], info["loss without a correct name match"])
     # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation P@1
     # (one number picked on the predictions it is then reported on: the only in-sample choice of the validation
     # row), at most hybrid.max_loss_without_name_match below the run on the texts whose name matches are all wrong
     every = np.arange(len(ds.val))
-    misled = None if ensemble else ~with_correct_name_match(table, ranker.features, ds.val.Y)
     n_misled = int(misled.sum()) if misled is not None else 0
     bonus, tried, bound_met = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
                                                  zs["first_bonus"] if zero_shot else cfg["first_bonus"], misled,
