@@ -187,9 +187,11 @@ def run_entry_point(main: Callable[[], None], finish: Callable[[int], None] | No
     try:
         main()
     except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if finish is None:
             raise
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if isinstance(e.code, str):   # what a normal exit would print
+            print(e.code, file=sys.stderr)
     except BaseException as e:  # noqa: BLE001 - every failure is reported as one line
         if debug and finish is None:
             raise
