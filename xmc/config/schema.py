@@ -574,7 +574,8 @@ class NameMatchRunConfig(Section):
 class ZeroShotFusionConfig(Section):
     """Grids of the zero-shot fusion (name-match score + matched_bonus + method_weight x method score)."""
 
-    method_weight: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0, 100.0, 1000.0, 1e6]
+    method_weight: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0,
+                                                                       100.0, 1000.0, 1e6]
     matched_bonus: Annotated[list[float], Field(min_length=1)] = [0.0, 10.0, 30.0]
     precision_k: Annotated[int, Field(ge=1, le=100)] = 5   # chosen by validation P@k
     # bonus of the run's first label (in the zero-shot score's units), chosen as hybrid.first_bonus is; none by

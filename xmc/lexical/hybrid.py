@@ -435,17 +435,19 @@ def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np
     run's own ranking are eligible (:class:`LossWithoutNameMatch`). A large enough ``method_weight`` keeps the run's
     ranking (the names only break its ties), so a grid that holds one always has an eligible point."""
     bound = LossWithoutNameMatch(table, gold, rows, HYBRID_FEATURES, misled, max_loss, min_texts)
-    grid = [zero_shot_fusion(float(mw), float(mb)) for mw in method_weights for mb in matched_bonuses]
-    assert grid, "an empty zero-shot grid"
-    scores = [w.score(table.X) for w in grid]
-    precisions = [precision_at(table, s, gold, rows, k) for s in scores]
-    losses = [bound.of(s) for s in scores]
+    points = [(float(mw), float(mb)) for mw in method_weights for mb in matched_bonuses]
+    assert points, "an empty zero-shot grid"
+    precisions, losses = [], []
+    for mw, mb in points:   # one candidate-score vector at a time (a grid of 33 on ~10^6 candidates)
+        s = zero_shot_fusion(mw, mb).score(table.X)
+        precisions.append(precision_at(table, s, gold, rows, k))
+        losses.append(bound.of(s))
     i, met = bound.best(precisions, losses)
-    mw, mb = [(float(mw), float(mb)) for mw in method_weights for mb in matched_bonuses][i]
+    mw, mb = points[i]
     info = _with_loss({"method_weight": mw, "matched_bonus": mb, f"P@{k}": round(precisions[i], 3)}, losses[i])
     if met is not None:
         info["bound_met"] = met
-    return grid[i], info
+    return zero_shot_fusion(mw, mb), info
 
 
 def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tuple[str, ...], gold: sp.csr_matrix,
@@ -461,9 +463,11 @@ def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tupl
     first = first_of_a_run(table, features)
     bound = LossWithoutNameMatch(table, gold, rows, features, misled, max_loss, min_texts)
     bonuses = [float(b) for b in grid]
-    bonused = [scores + b * first for b in bonuses]
-    precisions = [precision_at(table, s, gold, rows, 1) for s in bonused]
-    losses = [bound.of(s) for s in bonused]
+    precisions, losses = [], []
+    for b in bonuses:
+        s = scores + b * first
+        precisions.append(precision_at(table, s, gold, rows, 1))
+        losses.append(bound.of(s))
     tried = {f"{b:g}": _with_loss({"P@1": round(p, 3)}, loss) for b, p, loss in zip(bonuses, precisions, losses)}
     i, met = bound.best(precisions, losses)
     return bonuses[i], tried, met
