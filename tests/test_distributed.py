@@ -1,11 +1,14 @@
-"""Data-parallel training on torch.distributed (gloo, CPU): two ranks on the same global batch give the losses and
-the parameters of one process, for DEXML's in-batch, hard-negative and all-label pools, ASTRA and UniDEC with their
-classifier tables replicated or sharded by label, RAMEN and MACLR's Stage I; killed runs resume."""
+"""Data-parallel training on torch.distributed (gloo, CPU): two ranks launched by ``torchrun --nproc_per_node 2`` on the
+same global batch give the losses and the parameters of one process, for DEXML's in-batch, hard-negative and
+all-label pools, DEXML with the MiniLM transformer encoder on a SemCor slice, ASTRA and UniDEC with their classifier
+tables replicated or sharded by label, RAMEN, MACLR's Stage I and Stage II; each rank computes the loss of its rows
+only (``Objective.shards_rows``), so a missing gradient reduction shows as a different model; killed runs resume."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import traceback
 from pathlib import Path
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import torch
-from tests.pipeline_repo import results_of
+from tests.pipeline_repo import SEMCOR, ROOT, env, results_of
 
 LABELS = [f"label {w} {v}" for w in ("red", "blue", "green", "black", "white") for v in ("shoe", "lamp", "mug", "scarf")]
 
@@ -169,8 +172,88 @@ def _train_maclr_stage1(_: dict, out: Path, steps_file: Path) -> None:
                                           "world": context().world, "reclustered_at": res["reclustered_at"]}))
 
 
+def semcor_slice(n: int = 48) -> tuple[list[str], list[str], sp.csr_matrix]:
+    """The first ``n`` SemCor training sentences and the label texts of the senses they are tagged with (ids
+    renumbered 0..L-1): a small real slice."""
+    texts = (SEMCOR / "trn.raw.txt").read_text(encoding="utf-8").splitlines()[:n]
+    rows = (SEMCOR / "trn_X_Y.txt").read_text(encoding="utf-8").splitlines()[1 : n + 1]
+    ids = [[int(t.split(":")[0]) for t in r.split()] for r in rows]
+    used = sorted({j for r in ids for j in r})
+    col = {j: c for c, j in enumerate(used)}
+    names = (SEMCOR / "lbl.raw.txt").read_text(encoding="utf-8").splitlines()
+    r_i = [i for i, r in enumerate(ids) for _ in r]
+    c_i = [col[j] for r in ids for j in r]
+    Y = sp.csr_matrix((np.ones(len(r_i), np.float32), (r_i, c_i)), shape=(n, len(used)))
+    return texts, [names[j] for j in used], Y
+
+
+def _train_dexml_transformer(_: dict, out: Path, steps_file: Path) -> None:
+    """DEXML with the real MiniLM encoder (its dropout off: ranks would draw other masks) on a SemCor slice,
+    in-batch negatives; every rank encodes its share of the batch's sentences and senses."""
+    from xmc.encoders import TransformerEncoder
+    from xmc.losses import DecoupledSoftmaxLoss
+    from xmc.models.dual_encoder import DualEncoderModel
+    from xmc.negatives import build_sampler
+    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.distributed import context
+
+    torch.manual_seed(0)
+    texts, labels, Y = semcor_slice(32)
+    enc = TransformerEncoder(max_len_query=24, max_len_label=24)
+    for m in enc.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+    model = DualEncoderModel(enc, labels)
+    sampler = build_sampler(Y, {"kind": "in_batch", "max_positives_per_query": 0})
+    cfg = TrainConfig(epochs=1, batch_size=8, lr=1e-4, warmup_ratio=0.0, device="cpu", amp="off")
+    tr = Trainer(model, sampler, DecoupledSoftmaxLoss(0.05), cfg, texts, out)
+    tr.fit()
+    if context().is_main:
+        layer = enc.query_model.encoder.layer[-1].output.dense.weight
+        steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
+                                          "weight": layer.detach().reshape(-1)[:20000].numpy().tolist(),
+                                          "world": context().world}))
+
+
+def _train_maclr_stage2(_: dict, out: Path, steps_file: Path) -> None:
+    """MACLR Stage II: the dual encoder self-trained on pseudo pairs (here: the TF-IDF top-3 senses of each
+    SemCor sentence, a real view of the slice), DecoupledSoftmax with in-batch negatives (``train_pairs``)."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from xmc.encoders import build_encoder
+    from xmc.maclr.train import train_pairs
+    from xmc.trainer.distributed import context
+
+    torch.manual_seed(0)
+    texts, labels, _ = semcor_slice(96)
+    vec = TfidfVectorizer().fit(texts + labels)
+    S = (vec.transform(texts) @ vec.transform(labels).T).toarray()
+    top = np.argsort(-S, 1)[:, :3]
+    Y = sp.csr_matrix((np.ones(top.size, np.float32), (np.repeat(np.arange(len(texts)), 3), top.ravel())),
+                      shape=(len(texts), len(labels)))
+    enc = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 2048, "seed": 0, "dropout": 0.0})
+    cfg = {"negatives": {"kind": "in_batch", "max_positives_per_query": 0},
+           "loss": {"name": "decoupled_softmax", "temperature": 0.1},
+           "train": {"epochs": 2, "batch_size": 16, "lr": 0.05, "warmup_ratio": 0.0}}
+    tr, _ = train_pairs(enc, texts, labels, Y, cfg, out, {"test": "stage2"})
+    if context().is_main:
+        steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
+                                          "weight": enc.query_bag.weight.detach().numpy().tolist(),
+                                          "world": context().world}))
+
+
 TRAIN = {"dexml": _train, "astra": _train_astra, "unidec": _train_unidec, "ramen": _train_ramen,
-         "maclr": _train_maclr_stage1}
+         "maclr": _train_maclr_stage1, "dexml_transformer": _train_dexml_transformer,
+         "maclr_stage2": _train_maclr_stage2}
+
+
+def two_ranks(method: str, opts: dict, out: Path, result: Path, timeout: float = 600) -> None:
+    """The real launcher: ``torchrun --nproc_per_node 2`` (gloo, one thread per rank) on ``method``'s run."""
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "tests.distributed_worker", method, json.dumps(opts), str(out), str(result)]
+    p = subprocess.run(cmd, cwd=ROOT, env={**env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, (p.stdout + p.stderr)[-4000:]
 
 
 def _worker(rank: int, world: int, init_file: str, negatives: dict, out: str, result: str, method: str = "dexml") -> None:
@@ -199,17 +282,14 @@ NEGATIVES = {
 
 @pytest.mark.parametrize("pool", list(NEGATIVES))
 def test_two_ranks_train_like_one_process(pool, tmp_path):
-    import torch.multiprocessing as mp
-
     torch.set_num_threads(1)
     _train(NEGATIVES[pool], tmp_path / "one", tmp_path / "one.json")
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), NEGATIVES[pool], str(tmp_path / "two"), str(tmp_path / "two.json")),
-             nprocs=2, join=True)
+    two_ranks("dexml", NEGATIVES[pool], tmp_path / "two", tmp_path / "two.json")
     one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
     assert (one["world"], one["sharded"], two["world"], two["sharded"]) == (1, False, 2, True)
     assert len(one["loss"]) == len(two["loss"]) == 12
     assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5), (one["loss"][:3], two["loss"][:3])
-    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
+    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=5e-5)
     # rank 0 wrote the run's record; the other rank wrote nothing of its own
     assert (tmp_path / "two" / "completed.json").is_file()
 
@@ -217,22 +297,22 @@ def test_two_ranks_train_like_one_process(pool, tmp_path):
 OTHER = {"astra": ("astra", {}),
          "astra_sharded": ("astra", {"shard": True, "async": True, "shared": True, "epochs": 3}),
          "unidec": ("unidec", {}), "unidec_sharded": ("unidec", {"shard": True}),
-         "ramen": ("ramen", {}), "maclr_stage1": ("maclr", {})}
+         "ramen": ("ramen", {}), "maclr_stage1": ("maclr", {}), "maclr_stage2": ("maclr_stage2", {}),
+         "dexml_transformer": ("dexml_transformer", {})}
 
 
 @pytest.mark.parametrize("case", list(OTHER))
 def test_other_methods_two_ranks_train_like_one_process(case, tmp_path):
-    import torch.multiprocessing as mp
-
     method, opts = OTHER[case]
+    if method in ("dexml_transformer", "maclr_stage2") and not SEMCOR.exists():
+        pytest.skip("../shared/datasets/semcor-wn30 not present")
     torch.set_num_threads(1)
     TRAIN[method](opts, tmp_path / "one", tmp_path / "one.json")
-    mp.spawn(_worker, args=(2, str(tmp_path / "init"), opts, str(tmp_path / "two"), str(tmp_path / "two.json"), method),
-             nprocs=2, join=True)
+    two_ranks(method, opts, tmp_path / "two", tmp_path / "two.json")
     one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
-    assert two["world"] == 2 and len(one["loss"]) == len(two["loss"]) >= 4
+    assert two["world"] == 2 and len(one["loss"]) == len(two["loss"]) >= 4 and one["world"] == 1
     assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5), (one["loss"][:3], two["loss"][:3])
-    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
+    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=5e-5)
     if opts.get("shard"):   # rank 0 held its half of the table: 40 labels -> rows 0..19
         assert (one["rows_held"], two["rows_held"]) == (40, 20)
     if method == "maclr":
@@ -257,7 +337,7 @@ def test_killed_label_sharded_run_resumes_to_the_same_model(tmp_path):
                             "astra"), nprocs=2, join=True)
     one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
     assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5)
-    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=1e-5)
+    assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=5e-5)
     assert not list((tmp_path / "two").glob("checkpoint*.pt")) and (tmp_path / "two" / "completed.json").is_file()
 
 

@@ -7,14 +7,17 @@
    ``--warmup`` untimed ones. World 1 is one process with every core; world 2 is ``torchrun --nproc_per_node 2``
    with the cores split between the ranks (gloo). Sentences per second = steps x global batch / seconds; the same
    global batches in both, so the ratio is the speed-up data parallelism gives on this machine.
-2. **Memory**: ``--labels`` (10^6) x ``--dim`` rows (ASTRA's d + 1 bias column), sharded over 1, 2 and 4 CPU
+2. **CPU seconds**: the same steps with one thread per rank, 1 process against ``torchrun --nproc_per_node 2``:
+   the CPU seconds of all ranks over the timed steps (``time.process_time``: every thread, gloo's too), sentences
+   per CPU-second, their ratio (data parallelism divides the work when it is near 1) and the wall-clock speed-up.
+3. **Memory**: ``--labels`` (10^6) x ``--dim`` rows (ASTRA's d + 1 bias column), sharded over 1, 2 and 4 CPU
    ranks; each rank scores ``--batch`` queries against ``--candidates`` candidate labels per step through the
    collective of the real training path, backpropagates and takes a lazy-Adam step (UniDEC's Ψ; ASTRA's SGD keeps
    no state). Reported per rank: rows held, table MiB, optimiser-state MiB, peak RSS and its growth over the RSS
    before the table was built, and the time per step.
 
-    python -m lab.bench.distributed_training [--steps 30] [--labels 1000000] \\
-        [--out lab/bench/distributed_training.json]
+    python -m lab.bench.distributed_training [--steps 30] [--labels 1000000] [--parts throughput,cpu,memory] \\
+        [--methods dexml_bow,astra] [--out lab/bench/distributed_training.json]
 
 Not a test: run it on an idle machine. Prints ratios against world 1 measured in the same command.
 """
@@ -46,12 +49,12 @@ def throughput_child(a: argparse.Namespace) -> None:
     from xmc.data import load_processed
     from xmc.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import context, init_from_env
-    from xmc.workspace import Workspace
+    from xmc.workspace import product_workspace
 
     ctx = init_from_env()
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // ctx.world))
+    torch.set_num_threads(a.threads_per_rank or max(1, (os.cpu_count() or 1) // ctx.world))
     params = load_params()
-    ds = load_processed(Workspace().processed, splits=("trn",))
+    ds = load_processed(product_workspace(params).processed, splits=("trn",))
     Y, texts, labels = ds.trn.Y, ds.trn.texts, ds.label_texts
     steps = a.warmup + a.steps
     if a.method == "dexml_bow":
@@ -78,13 +81,15 @@ def throughput_child(a: argparse.Namespace) -> None:
         tcfg = {**cfg["train"]}
     tcfg.update(epochs=1, max_steps_per_epoch=steps, checkpoint_every_steps=0, eval_every_epochs=0)
     times: list[float] = []
+    cpu: list[float] = []   # this process's CPU seconds (every thread: gloo's too) at each step start
 
-    class Timed:   # wraps the sampler: wall time between step starts
+    class Timed:   # wraps the sampler: wall and CPU time between step starts
         def __init__(self, inner: Any) -> None:
             self.__dict__["inner"] = inner
 
         def on_step_start(self, step: int, m: Any, q: Any) -> None:
             times.append(time.perf_counter())
+            cpu.append(time.process_time())
             self.inner.on_step_start(step, m, q)
 
         def __getattr__(self, name: str) -> Any:
@@ -95,14 +100,26 @@ def throughput_child(a: argparse.Namespace) -> None:
         t_fit = time.perf_counter()
         tr.fit()
         times.append(time.perf_counter())
+        cpu.append(time.process_time())
     timed = times[a.warmup :]
     seconds = timed[-1] - timed[0]
+    my_cpu = cpu[-1] - cpu[a.warmup]
+    if ctx.world > 1:   # the CPU seconds of every rank over the same timed steps
+        import torch.distributed as dist
+
+        every = [None] * ctx.world
+        dist.all_gather_object(every, my_cpu)
+    else:
+        every = [my_cpu]
     batch = int(tcfg["batch_size"])
+    sentences = (len(timed) - 1) * batch
     if context().is_main:
         Path(a.result).write_text(json.dumps({
             "method": a.method, "world": ctx.world, "threads_per_rank": torch.get_num_threads(),
             "global_batch": batch, "timed_steps": len(timed) - 1, "seconds": round(seconds, 3),
-            "sentences_per_s": round((len(timed) - 1) * batch / seconds, 1),
+            "sentences_per_s": round(sentences / seconds, 1),
+            "cpu_seconds_per_rank": [round(c, 3) for c in every], "cpu_seconds": round(sum(every), 3),
+            "sentences_per_cpu_s": round(sentences / sum(every), 1),
             "fit_seconds_with_setup": round(time.perf_counter() - t_fit, 2),
             "last_loss": tr.history["loss"][-1]["loss"]}))
 
@@ -171,6 +188,9 @@ def main() -> None:
     ap.add_argument("--candidates", type=int, default=450)
     ap.add_argument("--mem-steps", type=int, default=5)
     ap.add_argument("--worlds", default="1,2,4", help="memory part: the world sizes")
+    ap.add_argument("--threads-per-rank", type=int, default=0, help="throughput child: torch threads (0: cores / world)")
+    ap.add_argument("--methods", default="dexml_bow,astra")
+    ap.add_argument("--parts", default="throughput,cpu,memory")
     ap.add_argument("--result")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "distributed_training.json"))
     a = ap.parse_args()
@@ -184,8 +204,10 @@ def main() -> None:
     out: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "cuda": torch.cuda.is_available(),
                                        "torch": torch.__version__, "backend": "nccl" if torch.cuda.is_available() else "gloo"},
                            "throughput": {}, "memory": []}
+    parts = a.parts.split(",")
+    methods = a.methods.split(",")
     with tempfile.TemporaryDirectory() as tmp:
-        for method in ("dexml_bow", "astra"):
+        for method in methods if "throughput" in parts else ():
             rows = []
             for world in (1, 2):
                 r = launch(world, ["--child", "throughput", "--method", method, "--steps", str(a.steps),
@@ -196,8 +218,22 @@ def main() -> None:
             ratio = rows[1]["sentences_per_s"] / rows[0]["sentences_per_s"]
             print(f"{method:10s} 2 ranks / 1 process: {ratio:.2f}x")
             out["throughput"][method] = {"runs": rows, "ratio_2_over_1": round(ratio, 3)}
+        # the work itself: 2 ranks x 1 thread against 1 process x 1 thread on the same global batches. Data
+        # parallelism divides the work when the two ranks spend about the CPU seconds of the one process
+        out["cpu"] = {}
+        for method in methods if "cpu" in parts else ():
+            rows = [launch(world, ["--child", "throughput", "--method", method, "--steps", str(a.steps),
+                                   "--warmup", str(a.warmup), "--threads-per-rank", "1"],
+                           Path(tmp) / f"cpu_{method}{world}.json") for world in (1, 2)]
+            cpu_ratio = rows[1]["cpu_seconds"] / rows[0]["cpu_seconds"]
+            speed_up = rows[1]["sentences_per_s"] / rows[0]["sentences_per_s"]
+            print(f"{method:10s} 1 thread per rank: {rows[0]['sentences_per_cpu_s']:.1f} -> "
+                  f"{rows[1]['sentences_per_cpu_s']:.1f} sentences per CPU-second; CPU seconds 2 ranks / 1 process "
+                  f"{cpu_ratio:.3f}x; wall-clock speed-up {speed_up:.2f}x", flush=True)
+            out["cpu"][method] = {"runs": rows, "cpu_seconds_2_over_1": round(cpu_ratio, 3),
+                                  "wall_speed_up": round(speed_up, 3)}
         base = None
-        for world in (int(w) for w in a.worlds.split(",")):
+        for world in (int(w) for w in a.worlds.split(",")) if "memory" in parts else ():
             r = launch(world, ["--child", "memory", "--labels", str(a.labels), "--dim", str(a.dim), "--batch",
                                str(a.batch), "--candidates", str(a.candidates), "--mem-steps", str(a.mem_steps)],
                        Path(tmp) / f"mem{world}.json")
@@ -210,6 +246,8 @@ def main() -> None:
             print(f"{a.labels:,} x {a.dim} table, {world} rank(s): {per_rank:8.1f} MiB table + Adam state per rank "
                   f"({per_rank / base:.3f} of 1 rank), peak RSS {max(x['peak_rss_mib'] for x in r['ranks']):.0f} MiB, "
                   f"step {worst['step_seconds'] * 1000:.0f} ms", flush=True)
+    if Path(a.out).is_file():   # a partial run keeps the other parts' last record
+        out = {**json.loads(Path(a.out).read_text()), **{k: v for k, v in out.items() if v}}
     Path(a.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {a.out}")
 

@@ -28,3 +28,8 @@ class OneVsAllBCELoss(nn.Module):
         if weights is not None:
             per = per * weights
         return (per * valid).sum(1).mean()
+
+    @staticmethod
+    def counted_rows(positives: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """The rows the loss averages over (a data-parallel rank's share, :mod:`xmc.trainer.objective`): all."""
+        return torch.ones(positives.shape[0], dtype=torch.bool, device=positives.device)

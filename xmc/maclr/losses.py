@@ -6,12 +6,16 @@ from __future__ import annotations
 import torch
 
 
-def supcon_loss(q: torch.Tensor, z: torch.Tensor, same: torch.Tensor, temperature: float) -> torch.Tensor:
+def supcon_loss(q: torch.Tensor, z: torch.Tensor, same: torch.Tensor, temperature: float,
+                rows: slice | None = None) -> torch.Tensor:
     """Eq. 2: each context q_i against the batch's pseudo labels z_j; every p with the same cluster
     (``same[i, p]``, the diagonal always included) is a positive, averaged over P(i) and the batch.
-    With ``same`` = identity this is Eq. 1 (ICT with in-batch negatives)."""
-    logits = (q @ z.T).float() / temperature
+    With ``same`` = identity this is Eq. 1 (ICT with in-batch negatives). ``rows``: only these contexts (a
+    data-parallel rank's), averaged over them."""
     pos = same.bool() | torch.eye(len(q), dtype=torch.bool, device=q.device)
+    if rows is not None:
+        q, pos = q[rows], pos[rows]
+    logits = (q @ z.T).float() / temperature
     log_prob = logits - torch.logsumexp(logits, dim=1, keepdim=True)
     return (-(log_prob * pos).sum(1) / pos.sum(1)).mean()
 

@@ -137,9 +137,11 @@ class ICTClusterSampler(NegativeSampler):
 
 
 class MACLRObjective(Objective):
-    """L = L_cluster (Eq. 2; Eq. 1 when the mask is the identity) + label_weight * L_label (Eq. 3)."""
+    """L = L_cluster (Eq. 2; Eq. 1 when the mask is the identity) + label_weight * L_label (Eq. 3); across ranks each
+    rank scores its contexts against the batch's pseudo labels (and its twins against the drawn labels)."""
 
     handles_all_labels = True  # label_ids None = label regulariser off, not "all labels"
+    shards_rows = True
 
     def __init__(self, temperature: float = 0.05, label_weight: float = 1.0) -> None:
         super().__init__()
@@ -151,12 +153,16 @@ class MACLRObjective(Objective):
         q = enc(ctx, "query")
         z = enc(batch.extras["pseudo_labels"], "label")
         same = batch.positives.to(q.device)
-        loss = supcon_loss(q, z, same, self.temperature)
-        parts = {"cluster_loss": float(loss.detach()), "same_cluster_pairs": float((same.sum() - len(q)) / 2)}
+        n = len(q)
+        rows = self.rows(n)   # this rank's contexts (all of them in one process); both losses average over all
+        frac = (rows.stop - rows.start) / max(n, 1)
+        loss = supcon_loss(q, z, same, self.temperature, rows) * frac if frac else (q.sum() + z.sum()) * 0.0
+        parts = {"cluster_loss": float(loss.detach()), "same_cluster_pairs": float((same.sum() - n) / 2)}
         if batch.label_ids is not None and len(batch.label_ids) and self.label_weight > 0:
             q_twin = enc(ctx, "query")  # the same contexts again: another dropout mask (SimCSE)
             lab = model.label_vectors(batch.label_ids)
-            l_label = label_regularisation_loss(q, q_twin, lab, self.temperature)
+            l_label = (label_regularisation_loss(q[rows], q_twin[rows], lab, self.temperature) * frac if frac
+                       else q_twin.sum() * 0.0 + lab.sum() * 0.0)
             parts["label_loss"] = float(l_label.detach())
             loss = loss + self.label_weight * l_label
         self.last_parts = parts

@@ -47,7 +47,7 @@ from xmc.models import astra as astra_files
 from xmc.trainer.candidate_scores import candidate_scores
 from xmc.trainer.distributed import context
 from xmc.trainer.label_table import LabelTable, merge_topk
-from xmc.trainer.objective import Objective
+from xmc.trainer.objective import Objective, row_slice
 
 log = logging.getLogger(__name__)
 
@@ -516,30 +516,44 @@ class ASTRAObjective(Objective):
     """Paper eq. (2): Σ_{P} softplus(-s) + Σ_{H} softplus(s) + (L-k_h)/k_r · Σ_{R} softplus(s),
     summed over a query's candidates and averaged over the batch's queries."""
 
+    shards_rows = True
+
     def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
         q = model.query_vectors(take_texts(query_texts, batch.query_idx))  # B x (d+1)
         record = batch.extras.get("record")
         if record is not None:
             record(batch.query_idx, q)
+        n = len(q)
+        rows = self.rows(n)   # this rank's rows of the batch (all of them in one process)
+        mean = (lambda t: t.mean()) if rows == slice(0, n) else (lambda t: t.sum() / n)   # this rank's share of it
+
+        def scores(ids: torch.Tensor) -> torch.Tensor:
+            # a label-sharded table scores the global batch where its rows live (a collective); a replicated one
+            # only this rank's rows
+            if model.W.sharded:
+                return model.classifier_scores(q, ids)[rows]
+            return model.classifier_scores(q[rows], row_slice(ids, rows, n) if ids.dim() == 2 else ids)
+
         cand = batch.extras["candidates"].to(q.device)
-        s = model.classifier_scores(q, cand).float()  # B x C: only these rows get gradients
-        pos, valid, weights = self.targets(batch, q.device)
+        s = scores(cand).float()  # B x C: only these rows get gradients
+        pos, valid, weights = (row_slice(t, rows, n) for t in self.targets(batch, q.device))
         per = F.binary_cross_entropy_with_logits(s, pos.float(), reduction="none") * weights * valid
-        loss = per.sum(1).mean()
+        loss = mean(per.sum(1))
         shared = batch.extras.get("shared_uniform")
         shared_part = 0.0
         if shared is not None:
             # the batch's shared uniform negatives: one (B x d) @ (d x R) product, label y = 0 for every entry
-            s_sh = model.classifier_scores(q, shared.to(q.device)).float()
-            ok = batch.extras["shared_valid"].to(q.device)
-            per_sh = F.softplus(s_sh) * ok * batch.extras["shared_weight"]
-            shared_loss = per_sh.sum(1).mean()
+            s_sh = scores(shared.to(q.device)).float()
+            ok = row_slice(batch.extras["shared_valid"].to(q.device), rows, n)
+            per_sh = F.softplus(s_sh) * ok * batch.extras["shared_weight"]   # a scalar: L / R
+            shared_loss = mean(per_sh.sum(1))
             loss = loss + shared_loss
             shared_part = float(shared_loss.detach())
         kind = batch.extras.get("kind")
         if kind is not None:
             # the loss by candidate kind in one pass (per-kind boolean masks took 5 % of a step)
-            sums = per.new_zeros(4).index_add_(0, kind.to(q.device).reshape(-1).long(), per.detach().reshape(-1))
+            kind = row_slice(kind.to(q.device), rows, n)
+            sums = per.new_zeros(4).index_add_(0, kind.reshape(-1).long(), per.detach().reshape(-1))
             self.last_parts = {name: float(sums[code]) / max(1, len(q))
                                for name, code in (("positive", 1), ("hard", 2), ("uniform", 3))}
             self.last_parts["uniform"] += shared_part

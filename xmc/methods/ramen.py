@@ -45,6 +45,7 @@ from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import build_sampler
 from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
 from xmc.trainer import Objective
+from xmc.trainer.objective import counted_rows
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,13 @@ class TripletLoss(nn.Module):
         per = (h * m).sum((1, 2)) / m.sum((1, 2)).clamp(min=1)
         keep = m.any(2).any(1)
         return per[keep].mean() if bool(keep.any()) else scores.sum() * 0.0
+
+    @staticmethod
+    def counted_rows(positives: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+        """The rows the loss averages over (a data-parallel rank's share): those with a positive and a negative."""
+        pos = positives.bool()
+        neg = ~pos if valid is None else (~pos & valid.bool())
+        return pos.any(1) & neg.any(1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -263,7 +271,11 @@ class GraphAnchorSampler(NegativeSampler):
 # ---------------------------------------------------------------------------------------------
 # the objective
 class RamenObjective(Objective):
-    """Task loss on the label pool + lambda_x * R_x + lambda_z * R_z over every anchor block."""
+    """Task loss on the label pool + lambda_x * R_x + lambda_z * R_z over every anchor block. Across ranks the task
+    loss is split by the batch's rows; the regularisers (anchor blocks of a few rows each) are computed whole on
+    every rank, each rank's share 1 / world of them."""
+
+    shards_rows = True
 
     def __init__(self, loss: nn.Module, sets: dict[str, AnchorSet], lambda_x: float = 1.0, lambda_z: float = 1.0,
                  reg_loss: str = "triplet", margin: float = 0.3, temperature: float = 0.05) -> None:
@@ -281,7 +293,9 @@ class RamenObjective(Objective):
         q, z_all = model.pair_vectors(texts, all_labels)
         order = np.argsort(all_labels, kind="stable")
         pos, valid, weights = self.targets(batch, q.device)
-        task = self.loss((q @ z_all[:n_pool].T).float(), pos, valid, weights)
+        rows = self.rows(len(q))
+        task = self.share(self.loss, counted_rows(self.loss, pos, valid), rows, (q[rows] @ z_all[:n_pool].T).float(),
+                          pos, valid, weights)
         total = task
         parts = {"task": float(task.detach())}
         for blk in batch.extras.get("anchors", []):
@@ -296,7 +310,7 @@ class RamenObjective(Objective):
                 nodes = z_all[torch.from_numpy(order[col]).to(q.device)]
             r = anchor_regulariser(nodes, a, blk["pos_col"].to(q.device), blk["valid"].to(q.device),
                                    self.reg_loss, self.margin, self.temperature)
-            total = total + lam * r
+            total = total + lam * self.replicated(r)
             parts[f"R_{blk['side'][0]}_{blk['set']}"] = float(r.detach())
         self.last_parts = parts
         return total

@@ -41,7 +41,7 @@ from xmc.negatives.samplers import HardNegativeShortlist
 from xmc.methods.base import TrainerMethod, TrainingParts
 from xmc.models.unidec import DESCRIPTION, ENCODER, HEADS, SPACES, UniDECHeads, check_space, read_description
 from xmc.trainer.label_table import LabelTable
-from xmc.trainer.objective import Objective
+from xmc.trainer.objective import Objective, counted_rows
 
 log = logging.getLogger(__name__)
 
@@ -292,11 +292,20 @@ class UniDECObjective(Objective):
         self.temperature_clf = temperature_clf
         self.lam, self.lam_de, self.lam_clf, self.bce_weight = lam, lam_de, lam_clf, bce_weight
 
-    @staticmethod
-    def _both_ways(loss: nn.Module, s: torch.Tensor, pos: torch.Tensor, lam_q2l: float) -> tuple[torch.Tensor, torch.Tensor]:
-        q2l = loss(s, pos)
-        l2q = loss(s.T, pos.T) if lam_q2l < 1.0 else s.sum() * 0.0
-        return q2l, l2q
+    shards_rows = True
+
+    def _both_ways(self, loss: DecoupledSoftmaxLoss, s: torch.Tensor, pos: torch.Tensor, rows: slice,
+                   lam_q2l: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(q→l, l→q) losses of this rank's rows ``s`` of the B x C block (their shares across ranks). The l→q
+        direction needs every query of a label's column: across ranks its negatives' log-sum-exp and positive terms
+        are combined from the ranks' rows (``label_sharded`` on the transposed rows), which returns the whole
+        l→q loss on every rank, so its share is 1 / world of it."""
+        q2l = self.share(loss, counted_rows(loss, pos, None), rows, s, pos)
+        if lam_q2l >= 1.0:
+            return q2l, s.sum() * 0.0
+        if self.shards_rows and self.dist.active:
+            return q2l, loss.label_sharded(s.T, pos[rows].T, None, None, self.dist.world) / self.dist.world
+        return q2l, loss(s.T, pos.T)
 
     def forward(self, model: nn.Module, batch: CandidateBatch, query_texts: Sequence[str]) -> torch.Tensor:
         if batch.label_ids is None:
@@ -304,18 +313,22 @@ class UniDECObjective(Objective):
         q_de, q_clf = model.query_heads(take_texts(query_texts, batch.query_idx))
         z_de = model.label_de(batch.label_ids)
         pos = batch.positives.to(q_de.device)
-        s_de = (q_de @ z_de.T).float()
-        s_clf = model.classifier_scores(q_clf, batch.label_ids).float()
-        de_q2l, de_l2q = self._both_ways(self.ds_de, s_de, pos, self.lam_de)
-        clf_q2l, clf_l2q = self._both_ways(self.ds_clf, s_clf, pos, self.lam_clf)
+        rows = self.rows(len(q_de))   # this rank's rows of the batch (all of them in one process)
+        s_de = (q_de[rows] @ z_de.T).float()
+        # a label-sharded Ψ scores the global batch where its rows live (a collective); a replicated one this
+        # rank's rows only
+        s_clf = (model.classifier_scores(q_clf, batch.label_ids)[rows] if model.psi.sharded
+                 else model.classifier_scores(q_clf[rows], batch.label_ids)).float()
+        de_q2l, de_l2q = self._both_ways(self.ds_de, s_de, pos, rows, self.lam_de)
+        clf_q2l, clf_l2q = self._both_ways(self.ds_clf, s_clf, pos, rows, self.lam_clf)
         l_de = self.lam_de * de_q2l + (1 - self.lam_de) * de_l2q
         l_clf = self.lam_clf * clf_q2l + (1 - self.lam_clf) * clf_l2q
         loss = self.lam * l_de + (1 - self.lam) * l_clf
         bce = s_clf.sum() * 0.0
-        if self.bce_weight > 0:
+        if self.bce_weight > 0 and s_clf.shape[0]:
             # auxiliary one-vs-all BCE over the pool (the paper's "DS + BCE" CLF loss; weight and
             # label set unstated there): mean over pool entries so its scale is pool-size free
-            bce = F.binary_cross_entropy_with_logits(s_clf, pos.float())
+            bce = F.binary_cross_entropy_with_logits(s_clf, pos[rows].float()) * (s_clf.shape[0] / len(q_de))
             loss = loss + self.bce_weight * bce
         self.last_parts = {"de_q2l": float(de_q2l.detach()), "de_l2q": float(de_l2q.detach()),
                            "clf_q2l": float(clf_q2l.detach()), "clf_l2q": float(clf_l2q.detach()),

@@ -1,15 +1,16 @@
 """Data-parallel training of the one trainer on ``torch.distributed`` (gloo on CPU, NCCL on GPUs).
 
 Every rank draws the same global batch and candidate pool (samplers are seeded by (seed, epoch, step), not by
-rank). What is split is the encoding: each rank encodes its contiguous share of every text list the encoder sees
-(queries and pool labels, in training and in the ANN refresh), and the shares are all-gathered *with their
-gradients*, so each rank holds the global query and label vectors. The objective then scores the global batch on
-every rank — cross-device negatives: the in-batch, hard-negative and all-label pools are the global ones (DEXML
-§3) — and the trainer backpropagates ``loss / world``. The gather's backward hands each rank the gradient of its
-own share (summed over ranks), so after one all-reduce (sum) of every parameter gradient, dense and sparse alike,
-each rank holds exactly the single-process gradient and takes the same optimiser step: parameters stay equal
-without broadcasting them. Parts computed on every rank (a classifier table scored on the pool) get ``1/world`` of
-their gradient per rank, which the sum restores.
+rank). The encoding is split: each rank encodes its contiguous share of every text list the encoder sees (queries
+and pool labels, in training and in the ANN refresh), and the shares are all-gathered *with their gradients*, so
+each rank holds the global query and label vectors — cross-device negatives: the in-batch, hard-negative and
+all-label pools are the global ones (DEXML §3). The loss is split too: an objective that shards rows
+(``Objective.shards_rows``, every method's) scores only this rank's rows of the batch against the global pool and
+returns its share of the batch loss (the shares sum to the loss), which the trainer backpropagates as it is; an
+objective that does not computes the whole loss on every rank and the trainer backpropagates ``loss / world``.
+Either way the gathers' backward hands each rank the gradient of its own encoded share (summed over ranks), so
+after one all-reduce (sum) of every parameter gradient, dense and sparse alike, each rank holds exactly the
+single-process gradient and takes the same optimiser step: parameters stay equal without broadcasting them.
 
 Launch: ``torchrun --nproc_per_node N -m stages.train <run>`` (``stages.train`` does it itself when the run's
 ``train.distributed.nproc_per_node`` > 1). Rank 0 writes checkpoints, logs, the live record and the model.

@@ -112,6 +112,7 @@ class Trainer:
         self.dist = context()
         if self.dist.active:
             shard_encoders(model, self.dist)
+        self.objective.dist = self.dist   # an objective that shards rows scores only this rank's (objective doc)
         self.live, self.live_prefix = (live, live_prefix) if self.dist.is_main else (None, live_prefix)
         self.device = resolve_device(config.device)
         self.model.to(self.device)
@@ -287,7 +288,14 @@ class Trainer:
                 pos, valid, weights = Objective.targets(batch, self.device)
                 return self._all_labels_step(texts, pos, valid, weights)
             loss = self.objective(self.model, batch, self.query_texts)
-        # every rank computes the same global loss; the gathers' backward sums the ranks' shares (module doc)
+        if self.dist.active and self.objective.shards_rows:
+            # this rank's share of the batch loss (its rows): the shares sum to the loss, and so do their gradients
+            # once the gathers' backward and the gradient all-reduce have run
+            loss.backward()
+            total = loss.detach().float().reshape(1).clone()
+            dist.all_reduce(total)
+            return float(total)
+        # every rank computed the same global loss; the gathers' backward sums the ranks' shares (module doc)
         (loss / self.dist.world).backward()
         return float(loss.detach())
 
