@@ -52,7 +52,8 @@ def _train(negatives: dict, out: Path, steps_file: Path) -> None:
     if context().is_main:
         steps_file.write_text(json.dumps({"loss": [h["loss"] for h in tr.history["loss"]],
                                           "weight": enc.query_bag.weight.detach().numpy().tolist(),
-                                          "world": context().world, "sharded": isinstance(enc.forward, ShardedForward)}))
+                                          "world": context().world, "sharded": enc.trained_bucket_shards == 2,
+                                          "forward_wrapped": isinstance(enc.forward, ShardedForward)}))
 
 
 class _DieAt:
@@ -286,7 +287,9 @@ def test_two_ranks_train_like_one_process(pool, tmp_path):
     _train(NEGATIVES[pool], tmp_path / "one", tmp_path / "one.json")
     two_ranks("dexml", NEGATIVES[pool], tmp_path / "two", tmp_path / "two.json")
     one, two = (json.loads((tmp_path / f).read_text()) for f in ("one.json", "two.json"))
+    # the bag-of-words table was split by its rows across the two ranks (no text split, no table gradient exchanged)
     assert (one["world"], one["sharded"], two["world"], two["sharded"]) == (1, False, 2, True)
+    assert not two["forward_wrapped"]
     assert len(one["loss"]) == len(two["loss"]) == 12
     assert np.allclose(one["loss"], two["loss"], rtol=1e-4, atol=1e-5), (one["loss"][:3], two["loss"][:3])
     assert np.allclose(one["weight"], two["weight"], rtol=1e-3, atol=5e-5)
@@ -343,7 +346,8 @@ def test_killed_label_sharded_run_resumes_to_the_same_model(tmp_path):
 
 def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
     """`python -m stages.train <run>` with train.nproc_per_node 2 runs under torchrun; killed mid-run (the whole
-    process group), the rerun resumes from rank 0's checkpoint and finishes with the model and its live record."""
+    process group), the rerun resumes from the step both ranks checkpointed (each holds its rows of the row-split
+    table) and finishes with the model and its live record."""
     import signal
     import subprocess
     import time
@@ -361,14 +365,18 @@ def test_stage_launches_torchrun_and_a_killed_two_rank_run_resumes(tmp_path):
                                          "nproc_per_node": 2}}},
         "hybrids": {}, "report.paired": []})
     run(["dvc", "repro", "validate"], repo)
-    ckpt = results_of(repo) / "checkpoints" / "dexml_bow" / "checkpoint.pt"
+    ckpts = results_of(repo) / "checkpoints" / "dexml_bow"   # a row-split table: each rank checkpoints its own rows
     p = subprocess.Popen([env()["PATH"].split(os.pathsep)[0] + "/python", "-m", "stages.train", "dexml_bow"], cwd=repo,
                          env={**env(), "XMC_THREADS": "2"}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, start_new_session=True)
     deadline = time.time() + 240
-    while not ckpt.exists() and time.time() < deadline and p.poll() is None:
+    def both_ranks_checkpointed() -> bool:
+        steps = [{f.name.split(".step")[1] for f in ckpts.glob(f"checkpoint.rank{r}.step*.pt")} for r in (0, 1)]
+        return bool(steps[0] & steps[1])
+
+    while not both_ranks_checkpointed() and time.time() < deadline and p.poll() is None:
         time.sleep(0.5)
-    assert ckpt.exists(), p.communicate()[0][-3000:]
+    assert both_ranks_checkpointed(), p.communicate()[0][-3000:]
     ranks = [int(x) for x in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split()]
     # kill -9 the launcher alone: the ranks notice their launcher is gone and stop (they are in their own session)
     os.kill(p.pid, signal.SIGKILL)

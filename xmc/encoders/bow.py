@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.distributed.nn.functional as dfn
 import torch.nn.functional as F
 from torch import nn
 
@@ -28,6 +30,7 @@ from xmc import native
 from xmc.encoders.base import SIDES, TextEncoder
 from xmc.errors import DataFormatError
 from xmc.io import load_tensors, read_json_file
+from xmc.parallel import DistContext, shard_bounds
 
 _TOKEN = re.compile(r"\w+", re.UNICODE)
 
@@ -226,6 +229,47 @@ class HashedBagOfWordsEncoder(TextEncoder):
             self.query_bag = self.label_bag = None
         self.dropout = nn.Dropout(dropout)
         self._id_cache = NgramIdCache(n_buckets, ngram_max)
+        # data parallelism over the table's rows (shard_buckets): (context, first row, end row) while training
+        self._bucket_shard: tuple[DistContext, int, int] | None = None
+        self.trained_bucket_shards = 1   # how many ranks the last training split the table over (a record)
+
+    # ---- data parallelism over the table's rows --------------------------------------------------
+    def shard_buckets(self, ctx: DistContext) -> None:
+        """Split the work on the table by its rows across the ranks of a data-parallel run.
+
+        Rank r owns the buckets ``[lo, hi)``: for every text all ranks see, it sums only its own buckets' weighted
+        rows, and the ranks' partial bags are summed with an autograd all-reduce (B x d vectors, not table rows), so
+        every rank holds every bag. The backward hands each rank the gradient of the whole batch's bags, and its
+        partial bags turn it into the complete gradient of its own rows: no table gradient crosses ranks, each
+        rank's optimiser updates its rows only (a 1/world share of the encoding, backward and update work), and
+        the rows a rank does not own go stale on it until :meth:`unshard_buckets`. The table's parameter is marked
+        ``label_sharded`` (no gradient all-reduce; each rank checkpoints its own state)."""
+        if self.query_bag is None or self._rows_of:
+            raise ValueError("shard_buckets: only a whole trainable table can be split across ranks")
+        self._bucket_shard = (ctx, *shard_bounds(self.n_buckets, ctx.world, ctx.rank))
+        self.trained_bucket_shards = ctx.world
+        for bag in {id(b): b for b in (self.query_bag, self.label_bag)}.values():
+            bag.weight.label_sharded = True
+
+    @property
+    def bucket_sharded(self) -> bool:
+        return self._bucket_shard is not None
+
+    @torch.no_grad()
+    def unshard_buckets(self) -> None:
+        """Every rank gets every row's current value (each rank's own rows, summed over ranks: one all-reduce of
+        the table), and the encoder works alone again. A collective: every rank calls it, at the end of training."""
+        if self._bucket_shard is None:
+            return
+        _, lo, hi = self._bucket_shard
+        for bag in {id(b): b for b in (self.query_bag, self.label_bag)}.values():
+            w = bag.weight.data
+            w[:lo] = 0.0   # stale here: their owners hold the trained values
+            w[hi:] = 0.0
+            dist.all_reduce(w)
+            if hasattr(bag.weight, "label_sharded"):
+                del bag.weight.label_sharded
+        self._bucket_shard = None
 
     def forward(self, texts: list[str], side: str = "query") -> torch.Tensor:
         if side not in SIDES:
@@ -258,6 +302,13 @@ class HashedBagOfWordsEncoder(TextEncoder):
                 text_of = np.repeat(np.arange(len(lengths)), lengths)
                 flat, w_np = flat[kept], w_np[kept]
                 lengths = np.bincount(text_of[kept], minlength=len(lengths))
+        shard = self._bucket_shard if rows_of is None else None
+        if shard is not None:   # this rank's buckets only; the weights keep each text's whole length (shard_buckets)
+            _, lo, hi = shard
+            text_of = np.repeat(np.arange(len(lengths)), lengths)
+            mine = (flat >= lo) & (flat < hi)
+            flat, w_np = flat[mine], w_np[mine]
+            lengths = np.bincount(text_of[mine], minlength=len(lengths))
         offsets = torch.from_numpy(np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)).to(self.device)
         w = torch.from_numpy(w_np).to(self.device)
         flat_t = torch.from_numpy(flat).to(self.device)
@@ -267,6 +318,12 @@ class HashedBagOfWordsEncoder(TextEncoder):
             # the table's gradient has one row per distinct bucket of the batch, in increasing order: fewer bytes
             # than one per token occurrence, and nothing for the optimiser to coalesce (_WeightedBags)
             out = _WeightedBags.apply(bag.weight, flat_t, offsets, w, torch.from_numpy(lengths).to(self.device))
+        if shard is not None:   # the ranks' partial bags summed (autograd: the backward sums their gradients)
+            if torch.is_grad_enabled() and out.requires_grad:
+                out = dfn.all_reduce(out)
+            else:
+                out = out.contiguous()
+                dist.all_reduce(out)
         return F.normalize(self.dropout(out), dim=-1)
 
     def _stored(self, which: str) -> tuple[torch.Tensor, torch.Tensor]:

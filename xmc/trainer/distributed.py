@@ -1,9 +1,11 @@
 """Data-parallel training of the one trainer on ``torch.distributed`` (gloo on CPU, NCCL on GPUs).
 
 Every rank draws the same global batch and candidate pool (samplers are seeded by (seed, epoch, step), not by
-rank). The encoding is split: each rank encodes its contiguous share of every text list the encoder sees (queries
-and pool labels, in training and in the ANN refresh), and the shares are all-gathered *with their gradients*, so
-each rank holds the global query and label vectors — cross-device negatives: the in-batch, hard-negative and
+rank). The encoding is split: a transformer encodes its contiguous share of every text list it sees (queries and
+pool labels, in training and in the ANN refresh), and the shares are all-gathered *with their gradients*; a
+bag-of-words table is split by its rows instead (``HashedBagOfWordsEncoder.shard_buckets``: each rank sums its own
+buckets of every text and the partial bags are all-reduced, so no table gradient crosses ranks). Either way each
+rank holds the global query and label vectors — cross-device negatives: the in-batch, hard-negative and
 all-label pools are the global ones (DEXML §3). The loss is split too: an objective that shards rows
 (``Objective.shards_rows``, every method's) scores only this rank's rows of the batch against the global pool and
 returns its share of the batch loss (the shares sum to the loss), which the trainer backpropagates as it is; an
@@ -50,12 +52,31 @@ class ShardedForward:
 
 
 def shard_encoders(model: nn.Module, ctx: DistContext) -> list[nn.Module]:
-    """Every text encoder inside ``model`` encodes shards and gathers (see the module doc); returns them."""
+    """Every text encoder inside ``model`` divides its work across the ranks (see the module doc); returns them.
+    A bag-of-words table splits by its rows (``shard_buckets``: every rank sees every text, each sums its own
+    buckets, no table gradient crosses ranks); any other encoder encodes its rank's share of the texts and
+    gathers the vectors."""
     encoders = [m for m in model.modules() if isinstance(m, TextEncoder)]
     for enc in encoders:
-        if not isinstance(enc.forward, ShardedForward):
+        if hasattr(enc, "shard_buckets"):
+            if not enc.bucket_sharded:
+                enc.shard_buckets(ctx)
+        elif not isinstance(enc.forward, ShardedForward):
             enc.forward = ShardedForward(enc, ctx)   # instance attribute: nn.Module.__call__ finds it
     return encoders
+
+
+def unshard_encoders(model: nn.Module) -> None:
+    """The end of a data-parallel training: row-split tables are made whole on every rank (a collective)."""
+    for m in model.modules():
+        if getattr(m, "bucket_sharded", False):
+            m.unshard_buckets()
+
+
+def bucket_sharded(model: nn.Module) -> bool:
+    """Whether an encoder of ``model`` splits its table by rows (its bags are collectives: every rank must encode
+    the same texts)."""
+    return any(getattr(m, "bucket_sharded", False) for m in model.modules())
 
 
 class encode_locally:
@@ -123,5 +144,6 @@ def barrier(ctx: DistContext) -> None:
         dist.barrier()
 
 
-__all__ = ["DistContext", "ShardedForward", "all_equal", "all_reduce_gradients", "barrier", "context", "encode_locally",
-           "gather_rows", "init_from_env", "initialised_context", "shard_bounds", "shard_encoders"]
+__all__ = ["DistContext", "ShardedForward", "all_equal", "all_reduce_gradients", "barrier", "bucket_sharded", "context",
+           "encode_locally", "gather_rows", "init_from_env", "initialised_context", "shard_bounds", "shard_encoders",
+           "unshard_encoders"]

@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.distributed.nn.functional as dfn
 from torch import nn
 
+from xmc.trainer.candidate_scores import candidate_scores
 from xmc.trainer.distributed import DistContext, context, shard_bounds
 
 INIT_BLOCK_ROWS = 4096   # random init is drawn per block of rows, so any split of the table draws the same values
@@ -94,16 +95,31 @@ class LabelTable(nn.Module):
     def scores(self, q: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
         """``<q_b, row_l>``: ``label_ids`` 1-D (one list for the batch: B x C) or 2-D (a list per query: B x C).
         On a shard the partial blocks are summed across ranks (autograd all-reduce; see the module doc)."""
-        rows = self(label_ids)
-        s = q @ rows.T if label_ids.dim() == 1 else torch.einsum("bd,bcd->bc", q, rows)
         if not self.sharded:
-            return s
+            rows = self(label_ids)
+            return q @ rows.T if label_ids.dim() == 1 else torch.einsum("bd,bcd->bc", q, rows)
+        if label_ids.dim() == 1:
+            s = q @ self(label_ids).T
+        else:
+            s = self._own_candidate_scores(q, label_ids)
 
         if torch.is_grad_enabled() and s.requires_grad:
             return dfn.all_reduce(s)
         s = s.contiguous()
         dist.all_reduce(s)
         return s
+
+    def _own_candidate_scores(self, q: torch.Tensor, label_ids: torch.Tensor) -> torch.Tensor:
+        """B x C scores of per-query candidate lists against this rank's rows (0 where another rank owns the
+        candidate), without a B x C x d block (:func:`~xmc.trainer.candidate_scores.candidate_scores`). A foreign
+        entry is pointed at a row this step already touches and its score zeroed: its gradient adds exactly 0 to
+        that row, so no row gets a gradient entry it would not get in one process (a lazy optimiser would move it)."""
+        own = (label_ids >= self.lo) & (label_ids < self.hi)
+        if not bool(own.any()):
+            return q.new_zeros(label_ids.shape) + q.sum() * 0.0   # nothing of ours: still part of the graph
+        anchor = label_ids[own][0] - self.lo
+        local = torch.where(own, label_ids - self.lo, anchor)
+        return candidate_scores(q, self.weight, local) * own.to(q.dtype)
 
     # ---- whole-table reads ------------------------------------------------------------------------
     @torch.no_grad()

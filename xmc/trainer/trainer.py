@@ -34,8 +34,8 @@ from xmc.logs import kv
 from xmc.trainer.live import TrainingLog
 from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
 from xmc.trainer.checkpoint import clean_stale_temporaries, load_checkpoint, save_checkpoint
-from xmc.trainer.distributed import (all_equal, all_reduce_gradients, barrier, context, encode_locally, shard_bounds,
-                                     shard_encoders)
+from xmc.trainer.distributed import (all_equal, all_reduce_gradients, barrier, bucket_sharded, context, encode_locally,
+                                     shard_bounds, shard_encoders, unshard_encoders)
 from xmc.trainer.memory import reuse_freed_memory
 from xmc.trainer.objective import Objective, RetrievalObjective
 from xmc.trainer.row_adam import RowAdam
@@ -314,7 +314,9 @@ class Trainer:
         # across ranks, with a loss that has a label-sharded form: each rank encodes and scores only its slice of
         # the labels and the loss combines the ranks' normalisers (no rank holds B x L scores); otherwise every
         # rank encodes its share of each chunk and gathers them (the global B x L block on each rank)
-        sharded = self.dist.active and hasattr(self.objective.loss, "label_sharded") and L >= self.dist.world
+        # (not with a row-split bag-of-words table: its bags are collectives over the same texts on every rank)
+        sharded = (self.dist.active and hasattr(self.objective.loss, "label_sharded") and L >= self.dist.world
+                   and not bucket_sharded(self.model))
         # one process, a loss that is a function of the positives' scores and the negatives' log-sum-exp: the
         # normaliser and its gradient are streamed over label chunks (B x chunk at a time, never B x L)
         streamed = (not self.dist.active and hasattr(self.objective.loss, "from_positives") and valid is None
@@ -476,6 +478,8 @@ class Trainer:
             # after the last epoch the trained model itself is saved next
             if self.epoch < self.cfg.epochs and self._checkpoint_due():
                 self.save_checkpoint()
+        if self.dist.active:
+            unshard_encoders(self.model)   # a row-split table whole again on every rank, for the model's save
         self.model.eval()
         if complete:
             self.complete()
