@@ -5,12 +5,12 @@ knows nothing else. :class:`RetrievalObjective` is the dual-encoder case (queryÂ
 into a loss from :mod:`xmc.losses`); a method with two heads, graph regularisers or pseudo
 pairs writes its own objective and reuses the same trainer, optimiser, schedule and checkpoints.
 
-Under data parallelism every rank holds the global batch's query and label vectors (the encoders' shares are
-gathered with their gradients, :mod:`xmc.trainer.distributed`). An objective whose ``shards_rows`` is True then
-scores only this rank's rows of the batch (:meth:`Objective.rows`) and returns its **share** of the batch loss: the
-shares of the ranks sum to the single-process loss, so the trainer backpropagates each share as it is and the
-gathers' backward plus one gradient all-reduce give every rank the single-process gradient, while the scores and
-the loss are computed once in all, not once per rank. An objective without it computes the whole loss on every
+Under data parallelism every rank holds the global batch's query and label vectors (a transformer's shares gathered
+with their gradients, a row-split bag-of-words table's partial bags all-reduced: :mod:`xmc.trainer.distributed`).
+An objective whose ``shards_rows`` is True then scores only this rank's rows of the batch (:meth:`Objective.rows`)
+and returns its **share** of the batch loss: the shares of the ranks sum to the single-process loss, so the trainer
+backpropagates each share as it is and the collectives' backward plus one gradient all-reduce give every rank the
+single-process gradient, while the scores and the loss are computed once in all, not once per rank. An objective without it computes the whole loss on every
 rank (the trainer then backpropagates ``loss / world``).
 """
 
