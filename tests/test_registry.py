@@ -24,7 +24,7 @@ WORDNET = (ROOT / ".." / "shared" / "datasets" / "wordnet30").resolve()
 needs_data = pytest.mark.skipif(not SEMCOR.exists() or not WORDNET.exists(),
                                 reason="../shared/datasets/semcor-wn30 or wordnet30 not present")
 
-BASELINES = ["label_prior", "tfidf_zeroshot", "tfidf_knn"]
+BASELINES = ["label_prior", "tfidf_knn"]
 
 
 def xmc_in(repo, *args, cache=None):
@@ -42,7 +42,7 @@ def repo(tmp_path_factory):
     base = tmp_path_factory.mktemp("registry")
     r = make_repo(base / "repo", extra_params={"runs": {m: {"method": m} for m in BASELINES}, "hybrids": {},
                                                "xr_linear": {}, "graph.wordnet_dir": str(WORDNET)})
-    # the registry versions tfidf_knn: an artifact of dvc.yaml; label_prior and tfidf_zeroshot are packages only
+    # the registry versions tfidf_knn: an artifact of dvc.yaml; label_prior is a package only
     dvc = yaml.safe_load((r / "dvc.yaml").read_text())
     dvc["artifacts"]["tfidf_knn"] = {"path": (results_of(r) / "packages/tfidf_knn").relative_to(r).as_posix(),
                                       "type": "model"}

@@ -51,13 +51,18 @@ def bow_encoder(n_buckets: int | None = None) -> dict[str, Any]:
     return {**BOW, **({"n_buckets": int(n_buckets)} if n_buckets else {})}
 
 
-def scale_params(epochs: int, auto_exact_max: int | None = None, n_buckets: int | None = None) -> dict[str, Any]:
+def scale_params(epochs: int, auto_exact_max: int | None = None, n_buckets: int | None = None,
+                 methods: list[str] | None = None) -> dict[str, Any]:
     """The scale profile (dotted keys of params.yaml): the default path's runs on their bag-of-words profile,
     ``epochs`` epochs each; ``auto_exact_max``: where the prediction indexes switch from exact to IVF (default:
-    params'); ``n_buckets``: the bag-of-words table's height (default: the profile's 262,144)."""
+    params'); ``n_buckets``: the bag-of-words table's height (default: the profile's 262,144); ``methods``: a subset
+    of :data:`METHODS` (default: all)."""
+    unknown = sorted(set(methods or ()) - set(METHODS))
+    if unknown:
+        raise SystemExit(f"--methods: {', '.join(unknown)} not in the scale profile ({', '.join(METHODS)})")
     bow = bow_encoder(n_buckets)
     train = {"epochs": epochs, "eval_every_epochs": 0, "max_steps_per_epoch": 0, "checkpoint_every_steps": 0}
-    return {
+    profile = {
         # mining indexes: exact up to index.auto_exact_max labels, IVF above (exact search is O(N·L) per refresh);
         # one refresh per epoch (the transformer DEXML's extra refresh every 60 steps would be 65 at 10^6).
         # Exact TF-IDF scoring is quadratic in the data size (every query meets every item sharing a common term):
@@ -90,6 +95,9 @@ def scale_params(epochs: int, auto_exact_max: int | None = None, n_buckets: int 
         "data.subsample.val": VALIDATION_DOCUMENTS,
         **({"index.auto_exact_max": auto_exact_max} if auto_exact_max is not None else {}),
     }
+    if methods:
+        profile["runs"] = {m: profile["runs"][m] for m in METHODS if m in methods}
+    return profile
 
 
 def _set(params: dict[str, Any], dotted: str, value: Any) -> None:
@@ -270,7 +278,7 @@ def _meta_file(work: Path, n: int) -> Path:
 
 def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: list[str],
              resume: bool = False, collect: bool = False, auto_exact_max: int | None = None,
-             n_buckets: int | None = None) -> dict[str, Any]:
+             n_buckets: int | None = None, methods: list[str] | None = None) -> dict[str, Any]:
     """Generate size ``n``, make its workspace and run the stages. Each finished stage's row is appended to
     ``work/rows_<n>.jsonl`` as it ends, so an interrupted run keeps what it measured; ``resume`` continues a kept
     workspace (made with ``--keep``) with the code it was made with: stages with a successful row are not run again,
@@ -295,7 +303,7 @@ def run_size(n: int, work: Path, epochs: int, stage_timeout: float, targets: lis
         t0 = time.perf_counter()
         stats = generate(data, n_train=n, n_labels=n, n_test=max(1000, n // 10), seed=0)
         meta = {"commit": code_version(), "dataset": stats, "generate_seconds": round(time.perf_counter() - t0, 1)}
-        make_workspace(repo, data, scale_params(epochs, auto_exact_max, n_buckets))
+        make_workspace(repo, data, scale_params(epochs, auto_exact_max, n_buckets, methods))
         meta_file.write_text(json.dumps(meta, indent=2) + "\n")
         rows_file.unlink(missing_ok=True)
     rows = []
@@ -383,6 +391,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="height of the bag-of-words table (default: the profile's 262,144; the test's small sizes "
                          "use fewer, since at a thousand instances the table's allocation, saving and loading "
                          "outweigh the training)")
+    ap.add_argument("--methods", default="", help="comma-separated runs of the profile to run (default: all of "
+                    + ", ".join(METHODS) + ")")
     ap.add_argument("--keep", action="store_true", help="keep the workspaces and data (default: delete each)")
     ap.add_argument("--resume", action="store_true",
                     help="continue the kept workspaces of an interrupted --keep run: stages it finished keep their "
@@ -408,17 +418,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         plot(result, Path(a.plot))
         return result
     sizes = [int(float(s)) for s in a.sizes.split(",")]
+    methods = [m for m in a.methods.split(",") if m] or list(METHODS)
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-                              "profile": {"methods": METHODS, "epochs": a.epochs, "encoder": bow_encoder(a.bow_buckets)}, "runs": []}
+                              "profile": {"methods": methods, "epochs": a.epochs, "encoder": bow_encoder(a.bow_buckets)}, "runs": []}
     if a.restage:
         return restage(sizes, work, a.restage.split(","), a.epochs, a.stage_timeout, Path(a.out), a.plot,
-                       a.auto_exact_max, drop=[s for s in a.drop_stages.split(",") if s], n_buckets=a.bow_buckets)
+                       a.auto_exact_max, drop=[s for s in a.drop_stages.split(",") if s], n_buckets=a.bow_buckets,
+                       methods=methods)
     for n in sizes:
         print(f"size {n:,}", flush=True)
         run = run_size(n, work, a.epochs, a.stage_timeout, a.targets.split(","), resume=a.resume,
-                       collect=a.collect, auto_exact_max=a.auto_exact_max, n_buckets=a.bow_buckets)
+                       collect=a.collect, auto_exact_max=a.auto_exact_max, n_buckets=a.bow_buckets,
+                       methods=methods)
         result["runs"].append(run)
         if not (a.keep or a.resume or a.collect):
             shutil.rmtree(work / f"repo_{n}", ignore_errors=True)
@@ -443,7 +456,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_timeout: float, out: Path,
             plot_path: str | None, auto_exact_max: int | None = None, drop: list[str] = (),
-            n_buckets: int | None = None) -> dict[str, Any]:
+            n_buckets: int | None = None, methods: list[str] | None = None) -> dict[str, Any]:
     """Rerun ``stages`` with the current code in each size's kept workspace; their rows in ``out`` are replaced
     (marked with the commit that ran them) and the growth recomputed. ``drop``: stages the path no longer has,
     whose rows are removed first."""
@@ -452,7 +465,7 @@ def restage(sizes: list[int], work: Path, stages: list[str], epochs: int, stage_
         repo, data = work / f"repo_{n}", work / f"data_{n}"
         if not repo.is_dir():
             raise SystemExit(f"{repo}: no kept workspace (run this size with --keep first)")
-        make_workspace(repo, data, scale_params(epochs, auto_exact_max, n_buckets), refresh=True)
+        make_workspace(repo, data, scale_params(epochs, auto_exact_max, n_buckets, methods), refresh=True)
         run = next(r for r in result["runs"] if r["n"] == n)
         run["stages"] = [r for r in run["stages"] if r["stage"] not in drop]
         for stage in stages:
