@@ -2,7 +2,7 @@
 
 Usage: ``python -m stages.fuse <hybrid>`` for each hybrid of params ``hybrids``: its base run's top-k ∪ the
 labels named in the text, re-scored by a fusion fit on validation, or chosen there without training labels for
-``fusion: zero_shot``. The headline of each split's metrics (``metrics/key_metrics/<hybrid>.json``, and
+``fusion: valtuned``. The headline of each split's metrics (``metrics/key_metrics/<hybrid>.json``, and
 ``metrics_val/``: what ``dvc metrics show`` reads) is written from the full record (xmc.report.headline).
 """
 
@@ -29,7 +29,7 @@ def main() -> None:
         raise ConfigError(f"params.yaml: {args[0]!r} is not under hybrids (have: {', '.join(hybrids)})")
     h = hybrids[args[0]]
     ws = product_workspace(params)
-    summary = fuse(params, args[0], [h["base"]], ws, zero_shot=h["fusion"] == "zero_shot")
+    summary = fuse(params, args[0], [h["base"]], ws, valtuned=h["fusion"] == "valtuned")
     write_headlines(ws.metrics(args[0], split) for split in summary["splits"])
 
 

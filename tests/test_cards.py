@@ -261,9 +261,11 @@ def test_hybrids_say_their_members_and_fusion():
     assert "gradient-boosted trees (hybrid.fusion: boosted_trees)" in d and "cross-fitted over 2 folds" in d
     assert "depends on label names" in section(card, "Limitations")
     assert {"hybrid", "label-name-matching"} <= set(split_front_matter(card)[0]["tags"])
-    zs = model_card(manifest("hybrid", {**hyb, "fusion": "zero_shot", "bases": ["maclr"]}, pred, name="maclr_zs"))
-    assert "Fusion: zero-shot" in zs and "boosted" not in section(zs, "Model description")
-    assert "Zero-shot fusion" in section(zs, "Limitations") and "`maclr`" in section(zs, "Limitations")
+    vt = model_card(manifest("hybrid", {**hyb, "fusion": "valtuned", "bases": ["maclr"]}, pred,
+                             name="maclr_valtuned_hybrid"))
+    assert "Fusion: tuned on validation" in vt and "boosted" not in section(vt, "Model description")
+    limits = section(vt, "Limitations")
+    assert "Validation-tuned fusion" in limits and "the row is not zero-shot" in limits and "`maclr`" in limits
     ens = {"kind": "hybrid", "base_k": 100, "members": [{"name": "astra", "base": {}}, {"name": "unidec", "base": {}}]}
     d = description(manifest("hybrid", {**hyb, "bases": ["astra", "unidec"]}, ens, name="ens"))
     assert "Members: the top-100 labels of run `astra` and of run `unidec`" in d and "every member's score" in d

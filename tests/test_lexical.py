@@ -164,10 +164,10 @@ def test_zero_shot_name_topk_ranks_like_the_name_retriever(matcher):
     assert set(ids[2]) == {1, 2, 3}   # the three labels named "bank"
 
 
-def test_zero_shot_fusion_reads_no_training_counts_and_lets_the_method_pick_the_sense():
+def test_valtuned_fusion_reads_no_training_counts_and_lets_the_method_pick_the_sense():
     """Three labels share the name "bank": the name evidence ties them, the method's score breaks the tie. The
     fusion ignores training counts (a zero-shot ranker), and the grid picks the weight that lets the method in."""
-    from xmc.lexical.hybrid import choose_zero_shot_fusion, precision_at, zero_shot_fusion
+    from xmc.lexical.hybrid import choose_valtuned_fusion, precision_at, valtuned_fusion
 
     n = len(WORDNET_STYLE)
     texts = ["money in the bank"] * 6 + ["the bank of the river"] * 6
@@ -181,24 +181,24 @@ def test_zero_shot_fusion_reads_no_training_counts_and_lets_the_method_pick_the_
     for counts in (np.zeros(n), skewed):
         ranker = HybridRanker(WORDNET_STYLE, "auto", counts)
         table = ranker.table(texts, D, I)
-        names_only = zero_shot_fusion(0.0, 0.0)
+        names_only = valtuned_fusion(0.0, 0.0)
         w = dict(zip(HYBRID_FEATURES, names_only.weights))
         assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
         rows = np.arange(12)
         p_names = precision_at(table, names_only.score(table.X), Y, rows, 1)
-        best, info = choose_zero_shot_fusion(table, Y, rows, [0.0, 1.0, 10.0], [0.0, 10.0], 1)
+        best, info = choose_valtuned_fusion(table, Y, rows, [0.0, 1.0, 10.0], [0.0, 10.0], 1)
         assert info["method_weight"] > 0 and info["P@1"] == 100.0 and p_names < 100.0
         ranker.weights = best
         S, R = ranker.rank(texts, D, I, 2)
         assert (R[:, 0] == np.array(gold)).all()
 
 
-def test_zero_shot_fusion_keeps_the_run_where_the_names_mislead():
+def test_valtuned_fusion_keeps_the_run_where_the_names_mislead():
     """650 texts name "river" (label 8): on 400 it is the answer and the run ranks a wrong label first; on 250 the run
     is right and the name misleads. By P@1 alone the names win (61.5 against 38.5); under
     hybrid.max_loss_without_name_match only a weight that keeps the run's ranking is eligible, and a grid without one
     takes the point losing least and says the bound was not met."""
-    from xmc.lexical.hybrid import choose_zero_shot_fusion
+    from xmc.lexical.hybrid import choose_valtuned_fusion
     from xmc.package.fuse import with_correct_name_match
 
     n, named, misled_n = len(WORDNET_STYLE), 400, 250
@@ -211,14 +211,14 @@ def test_zero_shot_fusion_keeps_the_run_where_the_names_mislead():
     misled = ~with_correct_name_match(table, HYBRID_FEATURES, Y)
     assert misled.sum() == misled_n
     rows, grid = np.arange(len(texts)), [0.0, 1.0, 1.0e6]
-    _, free = choose_zero_shot_fusion(table, Y, rows, grid, [0.0, 10.0], 1)
+    _, free = choose_valtuned_fusion(table, Y, rows, grid, [0.0, 10.0], 1)
     assert free["method_weight"] < 1e6 and free["P@1"] == round(100 * named / len(texts), 3)
-    _, bound = choose_zero_shot_fusion(table, Y, rows, grid, [0.0, 10.0], 1, misled, 1.0, 200)
+    _, bound = choose_valtuned_fusion(table, Y, rows, grid, [0.0, 10.0], 1, misled, 1.0, 200)
     assert bound["method_weight"] == 1e6 and bound["bound_met"] is True
     assert bound["loss without a correct name match"] <= 1.0 and bound["P@1"] == round(100 * misled_n / len(texts), 3)
-    _, few = choose_zero_shot_fusion(table, Y, rows, grid, [0.0, 10.0], 1, misled, 1.0, misled_n + 1)
+    _, few = choose_valtuned_fusion(table, Y, rows, grid, [0.0, 10.0], 1, misled, 1.0, misled_n + 1)
     assert (few["method_weight"], few["P@1"]) == (free["method_weight"], free["P@1"]) and "bound_met" not in few
-    _, none = choose_zero_shot_fusion(table, Y, rows, [0.0], [0.0, 10.0], 1, misled, 1.0, 200)
+    _, none = choose_valtuned_fusion(table, Y, rows, [0.0], [0.0, 10.0], 1, misled, 1.0, 200)
     assert none["bound_met"] is False and none["loss without a correct name match"] == 100.0
 
 
@@ -280,8 +280,8 @@ def _evaluate_base(ws, run):
     evaluate_and_write(ws, run, load_processed(ws.processed), ("val", "tst"), _fuse_params())
 
 
-def test_zero_shot_fusion_does_not_depend_on_the_training_labels(tmp_path):
-    """fuse(zero_shot=True): the two weights are chosen on validation from the grids, the test split is ranked, and
+def test_valtuned_fusion_does_not_depend_on_the_training_labels(tmp_path):
+    """fuse(valtuned=True): the two weights are chosen on validation from the grids, the test split is ranked, and
     the hybrid package ranks the same. The training split is read only to evaluate (label propensities): with other
     training labels the fusion, its rankings and its package are byte for byte the same."""
     import xmc
@@ -289,21 +289,21 @@ def test_zero_shot_fusion_does_not_depend_on_the_training_labels(tmp_path):
     from xmc.predictions import TopK
 
     tst_texts = ["a bank by the river", "take a breath now"]
-    params = _fuse_params(zero_shot={"method_weight": [0.0, 1.0], "matched_bonus": [0.0]})
+    params = _fuse_params(valtuned={"method_weight": [0.0, 1.0], "matched_bonus": [0.0]})
     runs = {}
     for trn_gold in ([[0]], [[2], [2], [3], [7]]):
         root = tmp_path / f"trn{len(trn_gold)}"
         ws, uids, _ = _fuse_workspace(root, tst_texts, [[1, 8], [0]], trn_gold, {"base": 0})
-        summary = fuse(params, "base_zs_hybrid", ["base"], ws, zero_shot=True)
-        assert summary["zero_shot"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all",
+        summary = fuse(params, "base_valtuned_hybrid", ["base"], ws, valtuned=True)
+        assert summary["valtuned"] and set(summary["chosen_on_validation"]) == {"fold_0", "fold_1", "all",
                                                                                   "against_base", "first_bonus"}
         w = dict(zip(summary["fusion"]["features"], summary["fusion"]["weights"]))
         assert w["log_train_count"] == 0 and w["log_sense_prior"] == 0 and w["most_frequent_sense"] == 0
-        out = ws.predictions("base_zs_hybrid")
+        out = ws.predictions("base_valtuned_hybrid")
         tst = TopK.load(out / "tst_topk.npz")
         assert (out / "val_topk.npz").is_file() and tst.indices[1, 0] == 0   # "take a breath" names label 0
-        assert ws.metrics("base_zs_hybrid", "val").is_file() and ws.metrics("base_zs_hybrid", "tst").is_file()
-        S, R = xmc.load(str(ws.package("base_zs_hybrid"))).topk(tst_texts, 5)
+        assert ws.metrics("base_valtuned_hybrid", "val").is_file() and ws.metrics("base_valtuned_hybrid", "tst").is_file()
+        S, R = xmc.load(str(ws.package("base_valtuned_hybrid"))).topk(tst_texts, 5)
         assert np.array_equal(R, tst.indices) and np.allclose(S, tst.scores)
         runs[len(trn_gold)] = (summary["fusion"], TopK.load(out / "val_topk.npz"), tst, S, R)
     (f1, v1, t1, S1, R1), (f4, v4, t4, S4, R4) = runs.values()
@@ -464,7 +464,7 @@ def test_ensemble_fuse_stage_and_its_package_rank_alike(tmp_path):
 
 
 def test_a_hybrid_is_a_named_base_run_and_a_fusion_kind(tmp_path):
-    """A hybrid is {base: <run>, fusion: trained | zero_shot} under its name (DVC iterates hybrids by key)."""
+    """A hybrid is {base: <run>, fusion: trained | valtuned} under its name (DVC iterates hybrids by key)."""
     import yaml
 
     from xmc.config import load_params
@@ -473,7 +473,7 @@ def test_a_hybrid_is_a_named_base_run_and_a_fusion_kind(tmp_path):
 
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     loaded = load_params(ROOT / "params.yaml")["hybrids"]
-    assert loaded["maclr_zs_hybrid"] == {"base": "maclr", "fusion": "zero_shot"}
+    assert loaded["maclr_valtuned_hybrid"] == {"base": "maclr", "fusion": "valtuned"}
     assert loaded["astra_hybrid"] == {"base": "astra", "fusion": "trained"}   # trained by default
     for bad, message in ((["astra", "ramen"], r"hybrids: Input should be a valid dictionary"),
                          ({"x_hybrid": {"base": "astra", "fusion": "later"}}, "hybrids.x_hybrid.fusion: "),

@@ -29,9 +29,9 @@ RUNS = {
               "stage2": {"max_instances": 16, "train": {"max_steps_per_epoch": 2, "batch_size": 8,
                                                         "checkpoint_every_steps": 0}}},
 }
-NAMES = [*RUNS, "astra_hybrid", "maclr_zs_hybrid"]
+NAMES = [*RUNS, "astra_hybrid", "maclr_valtuned_hybrid"]
 TINY = {"runs": RUNS, "hybrids": {"astra_hybrid": {"base": "astra"},
-                                  "maclr_zs_hybrid": {"base": "maclr", "fusion": "zero_shot"}},
+                                  "maclr_valtuned_hybrid": {"base": "maclr", "fusion": "valtuned"}},
         "xr_linear": {}, "graph.wordnet_dir": str(SEMCOR.parent / "wordnet30"), "graph.walk.walks": 1,
         "graph.walk.hops": 50}
 
@@ -45,7 +45,7 @@ def test_every_method_trains_packages_and_lands_in_the_report(repo):
     p = run(["dvc", "repro"], repo, timeout=900)
     ran = set(stages_run(p.stdout))
     expected = ({"graph", "maclr_pseudo_pairs", "plan", "report"} | {f"train@{r}" for r in RUNS}
-                | {f"package@{r}" for r in RUNS} | {"fuse@astra_hybrid", "fuse@maclr_zs_hybrid"})
+                | {f"package@{r}" for r in RUNS} | {"fuse@astra_hybrid", "fuse@maclr_valtuned_hybrid"})
     assert expected <= ran, expected - ran
     table = (results_of(repo) / "reports/comparison.md").read_text()
     for m in NAMES:

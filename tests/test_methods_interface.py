@@ -57,7 +57,7 @@ def test_every_shipped_run_resolves_to_a_method_with_its_merged_settings():
         assert h["base"] in product, name
     assert p["hybrids"]["dexml_bow_hybrid"]["base"] == "dexml_bow_epochs10"
     assert product["dexml_bow_epochs10"].config["train"]["epochs"] == 10
-    assert p["hybrids"]["maclr_zs_hybrid"]["fusion"] == "zero_shot" and p["hybrids"]["maclr_hybrid"]["fusion"] == "trained"
+    assert p["hybrids"]["maclr_valtuned_hybrid"]["fusion"] == "valtuned" and p["hybrids"]["maclr_hybrid"]["fusion"] == "trained"
     # UniDEC's spaces are predictions of one trained model
     assert prediction_names("unidec_spaces", cfg["entries"]["unidec_spaces"]) == ["unidec_de_only", "unidec_clf_only"]
     assert cfg["entries"]["unidec_spaces"]["from_model"] == "unidec" and "unidec_spaces" not in lab

@@ -524,8 +524,8 @@ def _hybrid(p: dict[str, Any], pred: dict[str, Any]) -> list[str]:
     names = "the labels whose names occur in the text" + (f" ({', '.join(how)})" if how else "")
     out = [f"{'Members' if members else 'Candidates'}: {cands}, united with {names}."]
     fusion = _get(p, "fusion")
-    if fusion == "zero_shot":
-        out.append("Fusion: zero-shot: the name evidence plus a bonus for a named label plus a weight times the run's "
+    if fusion == "valtuned":
+        out.append("Fusion: tuned on validation: the name evidence plus a bonus for a named label plus a weight times the run's "
                    "score; the two weights chosen on the validation split, no training label read.")
     elif _has(fusion):
         what = {"boosted_trees": "gradient-boosted trees", "logistic": "a logistic regression"}.get(fusion, f"`{fusion}`")
@@ -534,7 +534,7 @@ def _hybrid(p: dict[str, Any], pred: dict[str, Any]) -> list[str]:
                    f"{'every member' if members else 'the run'}'s score and the name features, fit on the validation "
                    "split" + (f"; its validation numbers are cross-fitted over {_n(folds)} folds of "
                                                 "validation documents" if _has(folds) else "") + ".")
-    grid = _get(p, "hybrid.zero_shot.first_bonus" if fusion == "zero_shot" else "hybrid.first_bonus")
+    grid = _get(p, "hybrid.valtuned.first_bonus" if fusion == "valtuned" else "hybrid.first_bonus")
     if _has(grid) and isinstance(grid, list) and any(grid):
         out.append("First-label bonus: the log-odds added to the label the run ranks first, chosen on cross-fitted "
                    f"validation P@1 among {', '.join(_n(g) for g in grid)}.")
@@ -699,13 +699,14 @@ def _uses(name: str, n_labels: Any, dsname: str, method: str, params: dict[str, 
         "- Language and domain: the numbers below hold for texts like the test split's; a text in another language "
         "or domain gets no guarantee from them.",
     ]
-    if hybrid and params.get("fusion") == "zero_shot":
+    if hybrid and params.get("fusion") == "valtuned":
         bases = ", ".join(f"`{b}`" for b in params.get("bases") or []) or "its base run"
-        limits.append("- Zero-shot fusion: the fusion reads no training label (its two weights were chosen on the "
-                      f"labelled validation split); whether the whole row is zero-shot depends on {bases} (its card).")
+        limits.append("- Validation-tuned fusion: the fusion reads no training label, but its two weights were chosen on "
+                      "the labelled validation split, so the row is not zero-shot; what its run read depends on "
+                      f"{bases} (its card).")
     elif _is_zero_shot(method, params):
         limits.append("- Zero-shot row: the model reads no labelled (text, label) pair of the training split, but its "
-                      "settings (or a zero-shot fusion's two weights) were chosen on the labelled validation split, "
+                      "settings were chosen on the labelled validation split, "
                       "so its numbers are those of a tuned zero-shot method, not of one that never saw a label.")
     else:
         limits.append("- Labels with few or no training instances rely on their text alone: see unseen R@100 below.")

@@ -774,7 +774,7 @@ def _fuse_with_label_names(call_dir: Path, variant: str, carry: Path | None = No
     else:
         evaluate_and_write(ws, variant, load_processed(ws.processed), ("val", "tst"), params)
     hybrid = variant + SUFFIX
-    summary = fuse(params, hybrid, [variant], ws, zero_shot=entry["fusion"] == "zero_shot", splits=("val", "tst"),
+    summary = fuse(params, hybrid, [variant], ws, valtuned=entry["fusion"] == "valtuned", splits=("val", "tst"),
                    with_package=False)
     return {"variant": hybrid, "fusion": summary,
             "metrics": json.loads(ws.metrics(hybrid, "tst").read_text()),

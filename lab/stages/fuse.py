@@ -39,7 +39,7 @@ def main() -> None:
         raise ConfigError(f"lab/params.yaml: hybrids.{name}.base: {base!r} is not a lab run")
     splits = tuple(cfg["entries"][base]["splits"].split())
     set_threads()
-    fuse(cfg["product"], name, [base], lab_workspace(name), zero_shot=h["fusion"] == "zero_shot", splits=splits,
+    fuse(cfg["product"], name, [base], lab_workspace(name), valtuned=h["fusion"] == "valtuned", splits=splits,
          base_ws=lab_workspace(base), with_package=False)
 
 

@@ -571,14 +571,15 @@ class NameMatchRunConfig(Section):
     label_names: LabelNamesConfig = Field(default_factory=lambda: LabelNamesConfig())
 
 
-class ZeroShotFusionConfig(Section):
-    """Grids of the zero-shot fusion (name-match score + matched_bonus + method_weight x method score)."""
+class ValTunedFusionConfig(Section):
+    """Grids of the validation-tuned fusion (name-match score + matched_bonus + method_weight x method score): it
+    reads no training pair, and its two weights are chosen on the labelled validation split."""
 
     method_weight: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0,
                                                                        100.0, 1000.0, 1e6]
     matched_bonus: Annotated[list[float], Field(min_length=1)] = [0.0, 10.0, 30.0]
     precision_k: Annotated[int, Field(ge=1, le=100)] = 5   # chosen by validation P@k
-    # bonus of the run's first label (in the zero-shot score's units), chosen as hybrid.first_bonus is; none by
+    # bonus of the run's first label (in the fusion score's units), chosen as hybrid.first_bonus is; none by
     # default: no point of a grid up to 30 kept the texts without a correct name match within the bound on
     # debian-relations, and the one losing least cost P@1 overall (lab/docs/methods/label_names.md)
     first_bonus: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0]
@@ -604,7 +605,7 @@ class HybridConfig(Section):
     boosted_trees: BoostedTreesFusionConfig = BoostedTreesFusionConfig()
     C: PosFloat = 1.0                 # inverse L2 strength of the logistic fusion
     cross_fit_folds: Annotated[int, Field(ge=2, le=20)] = 2   # validation folds (by document) for honest val metrics
-    zero_shot: ZeroShotFusionConfig = ZeroShotFusionConfig()
+    valtuned: ValTunedFusionConfig = ValTunedFusionConfig()
     # a hybrid whose cross-fitted validation P@k is below its run's keeps the run's ranking (0 = never)
     keep_base_below_k: Annotated[int, Field(ge=0, le=100)] = 5
     monotone: bool = True             # trees keep the direction of a run's score and rank and a name's precision
@@ -623,7 +624,7 @@ class HybridEntry(Section):
     """One hybrid: the run whose candidates it fuses, and how the fusion is fit."""
 
     base: str
-    fusion: Literal["trained", "zero_shot"] = "trained"   # zero_shot: the weights are chosen without training data
+    fusion: Literal["trained", "valtuned"] = "trained"   # valtuned: reads no training pair, two weights tuned on labelled validation
 
 
 class XrLinearRunConfig(Section):

@@ -359,8 +359,8 @@ def fit_fusion(table: CandidateTable, gold: sp.csr_matrix, C: float = 1.0,
     return FusionWeights(clf.coef_[0].astype(np.float64), float(clf.intercept_[0]), mean, scale, features)
 
 
-def zero_shot_fusion(method_weight: float, matched_bonus: float) -> FusionWeights:
-    """Fusion weights that read no training data: the label-name retriever's zero-shot score
+def valtuned_fusion(method_weight: float, matched_bonus: float) -> FusionWeights:
+    """Fusion weights that read no training data: the label-name retriever's zero-shot score (the validation-tuned fusion: only its two weights are chosen on labelled validation)
     (:data:`xmc.lexical.matcher.ZERO_SHOT_NAME_WEIGHTS`) + ``matched_bonus`` for a named label +
     ``method_weight`` x the method's score. Training counts and sense priors get weight 0."""
     w = np.zeros(len(HYBRID_FEATURES))
@@ -391,7 +391,7 @@ def precision_at(table: CandidateTable, scores: np.ndarray, gold: sp.csr_matrix,
 
 class LossWithoutNameMatch:
     """P@1 points lost against the run's own ranking on the texts of ``rows`` with no correct label among their name
-    matches (``misled``), the bound :func:`choose_zero_shot_fusion` and :func:`choose_first_bonus` choose under:
+    matches (``misled``), the bound :func:`choose_valtuned_fusion` and :func:`choose_first_bonus` choose under:
     judged (``bounded``) only over at least ``min_texts`` such texts, where one text weighs under the bound."""
 
     def __init__(self, table: CandidateTable, gold: sp.csr_matrix, rows: np.ndarray, features: tuple[str, ...],
@@ -424,11 +424,11 @@ def _with_loss(info: dict[str, Any], loss: float | None) -> dict[str, Any]:
     return {**info, "loss without a correct name match": round(loss, 3)} if loss is not None else info
 
 
-def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np.ndarray,
+def choose_valtuned_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np.ndarray,
                             method_weights: Sequence[float], matched_bonuses: Sequence[float],
                             k: int, misled: np.ndarray | None = None, max_loss: float | None = None,
                             min_texts: int = 1) -> tuple[FusionWeights, dict[str, Any]]:
-    """The grid point of :func:`zero_shot_fusion` with the best P@k on ``rows`` (ties: the first in grid order).
+    """The grid point of :func:`valtuned_fusion` with the best P@k on ``rows`` (ties: the first in grid order).
 
     With ``misled`` (per text: no correct label among its name matches) and ``max_loss``, as in
     :func:`choose_first_bonus`: only points whose P@1 on those of ``rows`` is at most ``max_loss`` points below the
@@ -436,10 +436,10 @@ def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np
     ranking (the names only break its ties), so a grid that holds one always has an eligible point."""
     bound = LossWithoutNameMatch(table, gold, rows, HYBRID_FEATURES, misled, max_loss, min_texts)
     points = [(float(mw), float(mb)) for mw in method_weights for mb in matched_bonuses]
-    assert points, "an empty zero-shot grid"
+    assert points, "an empty validation-tuned grid"
     precisions, losses = [], []
     for mw, mb in points:   # one candidate-score vector at a time (a grid of 33 on ~10^6 candidates)
-        s = zero_shot_fusion(mw, mb).score(table.X)
+        s = valtuned_fusion(mw, mb).score(table.X)
         precisions.append(precision_at(table, s, gold, rows, k))
         losses.append(bound.of(s))
     i, met = bound.best(precisions, losses)
@@ -447,7 +447,7 @@ def choose_zero_shot_fusion(table: CandidateTable, gold: sp.csr_matrix, rows: np
     info = _with_loss({"method_weight": mw, "matched_bonus": mb, f"P@{k}": round(precisions[i], 3)}, losses[i])
     if met is not None:
         info["bound_met"] = met
-    return zero_shot_fusion(mw, mb), info
+    return valtuned_fusion(mw, mb), info
 
 
 def choose_first_bonus(table: CandidateTable, scores: np.ndarray, features: tuple[str, ...], gold: sp.csr_matrix,

@@ -36,7 +36,7 @@ REPO_ROOT = PACKAGE_ROOT.parent
 # every model as it was
 SCHEMA_FILE = PACKAGE_ROOT / "config" / "schema.py"
 SECTIONS_NO_TRAINING_READS = ("ParamsConfig", "HybridConfig", "HybridEntry", "BoostedTreesFusionConfig",
-                              "ZeroShotFusionConfig", "ReportConfig", "OrchestrationConfig", "GateConfig",
+                              "ValTunedFusionConfig", "ReportConfig", "OrchestrationConfig", "GateConfig",
                               "RegistryConfig", "ServeConfig", "XrLinearRunConfig")
 
 

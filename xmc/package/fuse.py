@@ -4,7 +4,7 @@ package, predictions and metrics (the ``fuse@<hybrid>`` and ``ensemble`` stages,
 Fusion weights are fit on the validation split only. The validation predictions of the hybrid are cross-fitted
 (weights fit on the other folds of validation documents), so its validation metrics are not in-sample; the
 test predictions use the weights fit on the whole validation split, through the same ranker the model package's
-``hybrid`` predictor runs. A zero-shot hybrid's fusion reads no training label: its two weights are chosen on
+``hybrid`` predictor runs. A validation-tuned hybrid's fusion (``fusion: valtuned``) reads no training label: its two weights are chosen on
 validation (the training split is read only to evaluate it, for the label propensities of PSP@k).
 """
 
@@ -20,7 +20,7 @@ from xmc.data import load_processed
 from xmc.errors import ConfigError
 from xmc.evaluation import evaluate_split, write_evaluation
 from xmc.io import atomic_dir, read_json, write_json
-from xmc.lexical.hybrid import (HybridRanker, base_only_fusion, choose_first_bonus, choose_zero_shot_fusion,
+from xmc.lexical.hybrid import (HybridRanker, base_only_fusion, choose_first_bonus, choose_valtuned_fusion,
                                 fit_boosted_fusion, fit_fusion, first_of_a_run, precision_at, top_k)
 from xmc.lexical.hybrid import CandidateTable
 from xmc.logs import kv
@@ -34,7 +34,7 @@ from xmc.workspace import Workspace
 
 log = logging.getLogger(__name__)
 SUFFIX = "_hybrid"
-ZERO_SHOT_SUFFIX = "_zs_hybrid"
+VALTUNED_SUFFIX = "_valtuned_hybrid"
 
 
 def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.ndarray:
@@ -120,7 +120,7 @@ def name_match_breakdown(has_match: np.ndarray, base: InstanceContributions, hyb
     return out
 
 
-def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zero_shot: bool = False,
+def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, valtuned: bool = False,
          splits: tuple[str, ...] = PREDICTED_SPLITS, base_ws: Workspace | None = None,
          with_package: bool = True) -> dict[str, Any]:
     """Fuse the runs ``bases`` (one run, or an ensemble's members) with the label-name matches into the hybrid
@@ -130,7 +130,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     base_ws = base_ws or ws
     cfg, names_cfg = params["hybrid"], params["label_names"]
     k = params["evaluate"]["top_k"]
-    zs = cfg["zero_shot"]
+    zs = cfg["valtuned"]
     if "val" not in splits:
         raise ConfigError(f"{name}: a hybrid is fit on the validation split (splits must include val)")
     for base in bases:
@@ -138,10 +138,10 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
             path = base_ws.predictions(base) / f"{split}_topk.npz"
             if not path.is_file():
                 raise ConfigError(f"{path}: missing (run the package stage of {base})")
-    # the training split is read for the label counts and the evaluation's propensities; a zero-shot fusion
+    # the training split is read for the label counts and the evaluation's propensities; a validation-tuned fusion
     # gives the counts no weight (they are not among its features)
     ds = load_processed(ws.processed, splits=("trn", *splits))
-    counts = np.zeros(len(ds.label_texts)) if zero_shot else np.asarray(ds.trn.Y.sum(0)).ravel()
+    counts = np.zeros(len(ds.label_texts)) if valtuned else np.asarray(ds.trn.Y.sum(0)).ravel()
 
     def base_topk(split: str) -> list[tuple[np.ndarray, np.ndarray]]:
         tops = [TopK.load(base_ws.predictions(b) / f"{split}_topk.npz") for b in bases]
@@ -151,18 +151,18 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     t0 = time.perf_counter()
     ranker = HybridRanker(ds.label_texts, names_cfg["mode"], counts, max_words=names_cfg["max_words"],
                           cased_names=names_cfg["cased_names"], members=bases if ensemble else None)
-    if not zero_shot:   # how often each label's name, found in a training text, is its answer
+    if not valtuned:   # how often each label's name, found in a training text, is its answer
         ranker.fit_name_precision(ds.trn.texts, ds.trn.Y, cfg["name_precision_strength"])
     table = without_pairs(ranker.table_many(ds.val.texts, base_topk("val")), ds.val_filter)
     folds = validation_folds(ds.val.groups, len(ds.val), cfg["cross_fit_folds"])
     chosen: dict[str, Any] = {}
     # the texts whose name matches are all wrong: there a fusion may lose at most hybrid.max_loss_without_name_match
-    # P@1 against its run (the zero-shot weights and the first bonus are chosen under that bound)
+    # P@1 against its run (the validation-tuned weights and the first bonus are chosen under that bound)
     misled = None if ensemble else ~with_correct_name_match(table, ranker.features, ds.val.Y)
 
     def fit(rows: np.ndarray):
-        if zero_shot:
-            return choose_zero_shot_fusion(table, ds.val.Y, rows, zs["method_weight"], zs["matched_bonus"],
+        if valtuned:
+            return choose_valtuned_fusion(table, ds.val.Y, rows, zs["method_weight"], zs["matched_bonus"],
                                            zs["precision_k"], misled, cfg["max_loss_without_name_match"],
                                            cfg["min_texts_without_name_match"])
         return fit_supervised_fusion(cfg, table, ds.val.Y, rows, ranker.features), {}
@@ -173,7 +173,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     if info:
         chosen["all"] = info
     if info.get("bound_met") is False:
-        log.warning("%s: no zero-shot weights keep the validation texts without a correct name match within %.2f P@1 "
+        log.warning("%s: no validation-tuned weights keep the validation texts without a correct name match within %.2f P@1 "
                     "of %s; the ones losing least are taken (%.2f)", name, cfg["max_loss_without_name_match"],
                     bases[0], info["loss without a correct name match"])
     # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation P@1
@@ -182,7 +182,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
     every = np.arange(len(ds.val))
     n_misled = int(misled.sum()) if misled is not None else 0
     bonus, tried, bound_met = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
-                                                 zs["first_bonus"] if zero_shot else cfg["first_bonus"], misled,
+                                                 zs["first_bonus"] if valtuned else cfg["first_bonus"], misled,
                                                  cfg["max_loss_without_name_match"],
                                                  cfg["min_texts_without_name_match"])
     ranker.first_bonus = bonus
@@ -234,7 +234,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
                "candidates_per_text": round(len(table.rows) / max(1, len(ds.val)), 1),
                "fusion": {**ranker.weights.describe(), "first_bonus": ranker.first_bonus},
                "cross_fit_folds": cfg["cross_fit_folds"],
-               "zero_shot": zero_shot, **({"chosen_on_validation": chosen} if chosen else {})}
+               "valtuned": valtuned, **({"chosen_on_validation": chosen} if chosen else {})}
     for split, top in predictions.items():
         top.save(ws.predictions(name) / f"{split}_topk.npz")
     write_json(ws.predictions(name) / "timing.json", summary)
@@ -265,7 +265,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, zer
                                         {"ranker": ranker, "base_k": k})
         finish_package(tmp, section, name=name, method="hybrid",
                        label_uids=ds.label_uids, label_texts=ds.label_texts,
-                       params={"bases": bases, "fusion": "zero_shot" if zero_shot else cfg["fusion"],
+                       params={"bases": bases, "fusion": "valtuned" if valtuned else cfg["fusion"],
                                "hybrid": cfg, "label_names": names_cfg},
                        dataset=dataset_record(ws, ds), training=training_record(summary),
                        metrics={s: {k_: v for k_, v in m.items() if k_ not in ("ci95", "by_name_match")}

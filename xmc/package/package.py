@@ -293,7 +293,7 @@ SCORE_MEANING = {
     "label_names": "an ordering of the labels whose names the text contains (ranking zero_shot: longer, less "
                    "ambiguous, more specific names first; prior: log(1 + training count))",
     "hybrid": "the fusion's score of the label among the base run's top labels and the name matches (trained "
-              "fusion: log-odds of boosted trees or a logistic regression, plus the first bonus; zero-shot: the "
+              "fusion: log-odds of boosted trees or a logistic regression, plus the first bonus; valtuned: the "
               "weighted sum of the name evidence and the run's score)",
 }
 

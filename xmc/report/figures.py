@@ -58,7 +58,7 @@ def group_styles(names: Sequence[str], method_of: dict[str, str] | None = None) 
     """One style per row: ``group`` (peer, method, hybrid: the panel), ``paper``, colour, line style, marker, width.
 
     A paper's first run is a thick solid line of its colour, another run of it (dexml_bow_epochs10) dash-dotted;
-    its hybrids dashed, a second one (zero-shot fusion) dotted. Baselines, peers and the hybrids of peers are greys
+    its hybrids dashed, a second one (validation-tuned fusion) dotted. Baselines, peers and the hybrids of peers are greys
     told apart by marker and line style."""
     out: dict[str, dict[str, Any]] = {}
     seen: dict[tuple[str, str], int] = {}
@@ -303,7 +303,7 @@ def render_plots_page(page: dict[str, Any], title: str, figures_prefix: str = "f
              "<p class='note'>One panel per group of rows: the baselines and peers in greys (drawn again, faint, "
              "behind the other panels); each of the five papers' methods (DEXML, MACLR, RAMEN, UniDEC, ASTRA) in its "
              "own colour, solid (another run of it dash-dotted); its hybrids in the same colour, dashed (a second "
-             "hybrid, such as the zero-shot fusion, dotted). The frequency table's rows are every row's.</p>"]
+             "hybrid, such as the validation-tuned fusion, dotted). The frequency table's rows are every row's.</p>"]
     for sec, items in (("Precision and recall at k", page["curves"]),
                        ("Recall by label frequency", [page["frequency"]] if page["frequency"] else []),
                        ("Training curves per method family", page["training"])):

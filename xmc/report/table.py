@@ -54,7 +54,7 @@ def kind_of(method: str) -> str:
 
 def supervision(reads: tuple[str, ...], fusion: str | None, tuned_here: bool) -> str:
     """What labelled pairs of this dataset a row used, in words: ``reads`` = the labelled splits its (base) run's
-    training read; ``fusion`` = ``trained`` | ``zero_shot`` for a hybrid; ``tuned_here`` = this dataset's labelled
+    training read; ``fusion`` = ``trained`` | ``valtuned`` for a hybrid; ``tuned_here`` = this dataset's labelled
     validation chose the default settings."""
     if "trn" in reads:
         base = "training pairs"
@@ -64,9 +64,9 @@ def supervision(reads: tuple[str, ...], fusion: str | None, tuned_here: bool) ->
         base = "none; defaults chosen on its validation" if tuned_here else "none (zero-shot)"
     if fusion == "trained":
         return base + "; fusion fit on validation" if "trn" in reads else "no training pairs; fusion fit on validation"
-    if fusion == "zero_shot":
-        return base + "; zero-shot fusion weights tuned on validation" if "trn" in reads \
-            else "no training pairs; zero-shot fusion weights tuned on validation"
+    if fusion == "valtuned":
+        return base + "; fusion weights tuned on labelled validation" if "trn" in reads \
+            else "no training pairs; fusion weights tuned on labelled validation"
     return base
 
 
