@@ -34,7 +34,6 @@ from xmc.workspace import Workspace
 
 log = logging.getLogger(__name__)
 SUFFIX = "_hybrid"
-VALTUNED_SUFFIX = "_valtuned_hybrid"
 
 
 def validation_folds(groups: list[Any] | None, n_rows: int, n_folds: int) -> np.ndarray:
@@ -130,7 +129,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, val
     base_ws = base_ws or ws
     cfg, names_cfg = params["hybrid"], params["label_names"]
     k = params["evaluate"]["top_k"]
-    zs = cfg["valtuned"]
+    vt = cfg["valtuned"]
     if "val" not in splits:
         raise ConfigError(f"{name}: a hybrid is fit on the validation split (splits must include val)")
     for base in bases:
@@ -162,8 +161,8 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, val
 
     def fit(rows: np.ndarray):
         if valtuned:
-            return choose_valtuned_fusion(table, ds.val.Y, rows, zs["method_weight"], zs["matched_bonus"],
-                                           zs["precision_k"], misled, cfg["max_loss_without_name_match"],
+            return choose_valtuned_fusion(table, ds.val.Y, rows, vt["method_weight"], vt["matched_bonus"],
+                                           vt["precision_k"], misled, cfg["max_loss_without_name_match"],
                                            cfg["min_texts_without_name_match"])
         return fit_supervised_fusion(cfg, table, ds.val.Y, rows, ranker.features), {}
 
@@ -182,7 +181,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, val
     every = np.arange(len(ds.val))
     n_misled = int(misled.sum()) if misled is not None else 0
     bonus, tried, bound_met = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
-                                                 zs["first_bonus"] if valtuned else cfg["first_bonus"], misled,
+                                                 vt["first_bonus"] if valtuned else cfg["first_bonus"], misled,
                                                  cfg["max_loss_without_name_match"],
                                                  cfg["min_texts_without_name_match"])
     ranker.first_bonus = bonus
