@@ -11,6 +11,7 @@ the same two kinds of file are written by :class:`PlainLive`.
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import os
@@ -18,11 +19,6 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-try:   # optional: without it the record is written by PlainLive below
-    from dvclive import Live
-except ImportError:
-    Live = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +78,18 @@ def _drop_cut_summary(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _dvclive_class() -> Any:
+    """``dvclive.Live``, or None where DVCLive is not installed (the record is then written by PlainLive).
+    Imported when a run first logs, not with this module: dvclive pulls in pandas (about half a second), which every
+    stage importing the trainer would pay, and a run that trains no step never uses it."""
+    try:
+        return importlib.import_module("dvclive").Live
+    except ImportError:
+        return None
+
+
 def _open_live(directory: Path, resume: bool) -> Any:
+    Live = _dvclive_class()  # noqa: N806 (the class)
     if Live is None:
         log.warning("dvclive is not installed: the training record in %s is written without it", directory)
         return PlainLive(dir=str(directory), resume=resume)
