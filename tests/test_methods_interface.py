@@ -259,6 +259,12 @@ def test_a_runs_plan_names_what_its_training_reads_and_the_code_it_imports(tmp_p
         assert "xmc/package/predictors.py" not in files, method
     # the plan is the same when nothing it names changes, and follows its inputs
     assert run_plan(params, run, ws) == plan
+    # the intervals' resampling is evaluation's: a new bootstrap seed retrains nothing; a monitoring metric's
+    # propensity (read by the per-epoch validation) does
+    evaluate = dict(params.get("evaluate") or {})
+    reseeded = {**params, "evaluate": {**evaluate, "bootstrap": {**evaluate.get("bootstrap", {}), "seed": 7}}}
+    assert run_plan(reseeded, run, ws) == plan
+    assert run_plan({**params, "evaluate": {**evaluate, "propensity_a": 0.6}}, run, ws)["settings"] != plan["settings"]
     (ws.processed / "val_Y.npz").write_bytes((ws.processed / "val_Y.npz").read_bytes() + b"\0")
     assert run_plan(params, run, ws)["inputs"] != plan["inputs"]
 

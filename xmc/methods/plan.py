@@ -28,6 +28,9 @@ from xmc.workspace import Workspace
 
 # product settings a training run reads besides its own (monitoring metrics, name-match negatives, encoding batch)
 CONTEXT_KEYS = ("evaluate", "label_names", "index")
+# fields of those sections that no training reads: the intervals' resampling is evaluation's (the package and
+# report stages); a new bootstrap seed or resample count re-evaluates every run and retrains none
+CONTEXT_FIELDS_NO_TRAINING_READS = {"evaluate": ("bootstrap",)}
 PACKAGE_ROOT = Path(__file__).resolve().parents[1]           # xmc/
 REPO_ROOT = PACKAGE_ROOT.parent
 # xmc/config/schema.py declares every section of params.yaml; a training reads its run's resolved settings and
@@ -141,6 +144,14 @@ def _sha256_tree(path: Path) -> str:
     return h.hexdigest()
 
 
+def _training_reads(section: str, value: Any) -> Any:
+    """The part of params section ``section`` a training reads (without :data:`CONTEXT_FIELDS_NO_TRAINING_READS`)."""
+    dropped = CONTEXT_FIELDS_NO_TRAINING_READS.get(section, ())
+    if not isinstance(value, dict) or not dropped:
+        return value
+    return {k: v for k, v in value.items() if k not in dropped}
+
+
 def run_plan(params: dict[str, Any], run: RunSpec, ws: Workspace, stage: str = "stages.train") -> dict[str, Any]:
     """The plan of ``run``: settings, input hashes and code hashes (``stage``: the entry point's module)."""
     method = get_method(run.method)
@@ -150,10 +161,10 @@ def run_plan(params: dict[str, Any], run: RunSpec, ws: Workspace, stage: str = "
     for p in training_inputs(method, run.config, ws):
         inputs[p.as_posix()] = _sha256_tree(p) if p.exists() else None
     return {"run": run.name, "method": run.method, "config": run.config,
-            "settings": {k: params.get(k) for k in CONTEXT_KEYS},
+            "settings": {k: _training_reads(k, params.get(k)) for k in CONTEXT_KEYS},
             "inputs": inputs,
             "code": {p.relative_to(REPO_ROOT).as_posix(): training_schema_hash() if p == SCHEMA_FILE
                      else sha256_files([p]) for p in code}}
 
 
-__all__ = ["CONTEXT_KEYS", "SECTIONS_NO_TRAINING_READS", "code_closure", "run_plan", "training_schema_hash"]
+__all__ = ["CONTEXT_FIELDS_NO_TRAINING_READS", "CONTEXT_KEYS", "SECTIONS_NO_TRAINING_READS", "code_closure", "run_plan", "training_schema_hash"]
