@@ -167,4 +167,5 @@ def run_plan(params: dict[str, Any], run: RunSpec, ws: Workspace, stage: str = "
                      else sha256_files([p]) for p in code}}
 
 
-__all__ = ["CONTEXT_FIELDS_NO_TRAINING_READS", "CONTEXT_KEYS", "SECTIONS_NO_TRAINING_READS", "code_closure", "run_plan", "training_schema_hash"]
+__all__ = ["CONTEXT_FIELDS_NO_TRAINING_READS", "CONTEXT_KEYS", "SECTIONS_NO_TRAINING_READS", "code_closure", "run_plan",
+           "training_schema_hash"]
