@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from tests.pipeline_repo import SEMCOR
 from xmc.lexical import FEATURES, LabelNameMatcher, parse_label_names
 from xmc.package.fuse import validation_folds
-from xmc.lexical.hybrid import HYBRID_FEATURES, CandidateTable, FusionWeights, HybridRanker, fit_fusion, top_k
+from xmc.lexical.fusion_fit import fit_boosted_fusion, fit_fusion
+from xmc.lexical.hybrid import HYBRID_FEATURES, CandidateTable, FusionWeights, HybridRanker, top_k
 
 WORDNET_STYLE = [
     "breathe, take a breath, respire (v): draw air into, and expel out of, the lungs",   # 0
@@ -133,7 +135,7 @@ def test_hybrid_package_predicts_like_the_ranker(tmp_path, fusion):
         ranker.weights = fit_fusion(ranker.table(texts, D, I), Y)
     else:   # three texts are too few to grow trees on: trees grown on the interaction table, same features
         from xmc.config.schema import BoostedTreesFusionConfig
-        from xmc.lexical.hybrid import BoostedTreesFusion, fit_boosted_fusion
+        from xmc.lexical.hybrid import BoostedTreesFusion
 
         ranker.weights = fit_boosted_fusion(*_interaction_table(), BoostedTreesFusionConfig().model_dump())
         assert isinstance(ranker.weights, BoostedTreesFusion)
@@ -522,7 +524,7 @@ def test_boosted_fusion_scores_as_scikit_learn_and_survives_json():
     from sklearn.ensemble import HistGradientBoostingClassifier
 
     from xmc.config.schema import BoostedTreesFusionConfig
-    from xmc.lexical.hybrid import BoostedTreesFusion, fit_boosted_fusion, fusion_from_json
+    from xmc.lexical.hybrid import BoostedTreesFusion, fusion_from_json
 
     table, gold = _interaction_table()
     X = table.X.copy()
@@ -556,7 +558,6 @@ def test_boosted_fusion_ranks_better_than_the_logistic_one_where_features_intera
     """On held-out rows of the interaction table, trees put a true candidate first more often than the weighted
     sum; with too few true candidates the trees step aside for the logistic fusion."""
     from xmc.config.schema import BoostedTreesFusionConfig
-    from xmc.lexical.hybrid import fit_boosted_fusion
 
     table, gold = _interaction_table()
     train = table.rows < 400
@@ -786,7 +787,7 @@ def test_monotone_trees_keep_the_direction_of_the_run_and_of_the_name_precision(
     """With hybrid.monotone the trees' score never falls as a run's score or a name's precision rises, nor as its
     rank falls, though the training labels say otherwise in part of the range; unconstrained trees follow them."""
     from xmc.config.schema import BoostedTreesFusionConfig
-    from xmc.lexical.hybrid import MONOTONE, fit_boosted_fusion, monotone_constraints
+    from xmc.lexical.hybrid import MONOTONE, monotone_constraints
 
     table, gold = _interaction_table()
     X = table.X
@@ -912,3 +913,65 @@ def test_the_first_bonus_is_chosen_among_those_that_keep_the_misled_texts_within
                                             min_texts=5)
     assert few == 0.0 and judged is None and tried["0"]["loss without a correct name match"] == 50.0
     assert choose_first_bonus(table, fused, ranker.features, Y, np.arange(n), grid, misled, 1.0, min_texts=4)[0] == 2.0
+
+
+# ------------------------------------------------------------------------------------------------
+# the TF-IDF transform without scikit-learn
+# ------------------------------------------------------------------------------------------------
+TFIDF_SETTINGS = [{}, {"ngram_max": 1}, {"ngram_max": 3, "sublinear_tf": False}, {"stop_words": "english"},
+                  {"token_pattern": r"(?u)\b\w+\b", "stop_words": ["the", "of", "a"]}, {"min_df": 2, "max_features": 500}]
+
+
+@pytest.mark.parametrize("dataset", ["semcor-wn30", "debian-relations"])
+def test_the_tfidf_encoder_gives_the_vectorisers_rows_bit_for_bit(dataset, tmp_path):
+    """A package embeds texts with xmc.lexical.tfidf.TfidfTextEncoder, built from the files the tfidf stage saved;
+    its rows are scikit-learn's, the same nonzeros and the same bits, for every setting of params ``tfidf``, on real
+    texts of both datasets (the test split's: words the vocabulary never saw, empty rows)."""
+    from xmc.baselines.tfidf import TfidfFeatures, fit_tfidf
+    from xmc.lexical.tfidf import TfidfTextEncoder
+    from xmc.package.lexical_predictors import _load_vectorizer
+
+    root = SEMCOR.parent / dataset
+    if not root.exists():
+        pytest.skip(f"{root} not present")
+
+    def lines(name: str, n: int) -> list[str]:
+        with open(root / name, encoding="utf-8") as fh:
+            return [line.rstrip("\n") for _, line in zip(range(n), fh)]
+
+    trn, lbl, tst = lines("trn.raw.txt", 1500), lines("lbl.raw.txt", 2000), lines("tst.raw.txt", 400) + ["", "!!"]
+    for settings in TFIDF_SETTINGS:
+        feats = fit_tfidf(trn, None, lbl, settings)
+        A = feats.transform(tst)
+        A.sort_indices()
+        for B in (feats.encoder().transform(tst),
+                  TfidfTextEncoder.from_settings(feats.params, feats.vectorizer.vocabulary_, feats.vectorizer.idf_)
+                  .transform(tst)):
+            assert B.dtype == np.float32 and B.shape == A.shape, settings
+            assert (B.indptr == A.indptr).all() and (B.indices == A.indices).all(), settings
+            assert (B.data == A.data).all(), (settings, float(np.abs(B.data - A.data).max()))
+    # through the saved files, as a package loads them
+    out = tmp_path / "tfidf"
+    feats.save(out)
+    assert (_load_vectorizer(out).transform(tst) != TfidfFeatures.load(out).transform(tst)).nnz == 0
+
+
+def test_the_tfidf_encoders_stop_words_are_scikit_learns_and_bad_settings_are_refused(tmp_path):
+    from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS as SKLEARN_ENGLISH
+
+    from xmc.errors import DataFormatError
+    from xmc.lexical.tfidf import ENGLISH_STOP_WORDS, TfidfTextEncoder
+    from xmc.package.lexical_predictors import _load_vectorizer
+
+    assert ENGLISH_STOP_WORDS == SKLEARN_ENGLISH
+    with pytest.raises(ValueError, match="2 idf values for 1 terms"):
+        TfidfTextEncoder({"a": 0}, np.ones(2))
+    with pytest.raises(ValueError, match="more than one capturing group"):
+        TfidfTextEncoder({"a": 0}, np.ones(1), token_pattern=r"(a)(b)")
+    d = tmp_path / "tfidf"
+    d.mkdir()
+    (d / "vocabulary.json").write_text('{"able": 0}')
+    (d / "settings.json").write_text('{"stop_words": "klingon"}')
+    np.savez(d / "idf.npz", idf=np.ones(1))
+    with pytest.raises(DataFormatError, match="settings.json.*not a built-in stop list: 'klingon'"):
+        _load_vectorizer(d)

@@ -15,8 +15,8 @@ from sklearn.feature_extraction.text import CountVectorizer, TfidfTransformer, T
 from xmc.config.schema import TfidfConfig, filled
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, save_csr, save_npz_deterministic
-from xmc.predictions import TopK, topk_from_scores
-from xmc.sparse_topk import csr_topk, iter_sparse_product_topk, sparse_product_topk
+# the baselines' prediction needs no scikit-learn: it lives with the query encoder (re-exported here)
+from xmc.lexical.tfidf import LabelPrior, TfidfTextEncoder, knn_label_voting, label_prior_predict, tfidf_zero_shot
 
 
 TFIDF_SPLITS = ("trn", "val", "lbl")  # what the tfidf stage transforms; test rows are transformed at prediction
@@ -87,6 +87,10 @@ class TfidfFeatures:
     def transform(self, texts: list[str]) -> sp.csr_matrix:
         return self.vectorizer.transform(list(texts)).tocsr()
 
+    def encoder(self) -> TfidfTextEncoder:
+        """The vectoriser's transform without scikit-learn (bit-identical rows): what a package keeps."""
+        return TfidfTextEncoder.from_settings(self.params, self.vectorizer.vocabulary_, self.vectorizer.idf_)
+
     def save(self, out_dir: str | Path) -> None:
         with atomic_dir(out_dir) as tmp:
             (tmp / "vocabulary.json").write_text(vocabulary_json(self.vectorizer.vocabulary_), encoding="utf-8")
@@ -147,48 +151,5 @@ def fit_tfidf(trn_texts: list[str], val_texts: list[str] | None, lbl_texts: list
                          X[n_trn:], settings)
 
 
-@dataclass
-class LabelPrior:
-    """Predicts the most frequent training labels for every instance."""
-
-    freq: np.ndarray
-
-    def predict(self, n_rows: int, k: int) -> TopK:
-        return label_prior_predict(self.freq, n_rows, k)
-
-
-def label_prior_predict(train_label_freq: np.ndarray, n_rows: int, k: int) -> TopK:
-    one = topk_from_scores(np.asarray(train_label_freq, dtype=np.float32)[None, :], k)
-    return TopK(np.repeat(one.indices, n_rows, 0), np.repeat(one.scores, n_rows, 0))
-
-
-def tfidf_zero_shot(X_query: sp.csr_matrix, X_label: sp.csr_matrix | None, k: int, chunk: int = 512,
-                    X_label_T: sp.csr_matrix | None = None) -> TopK:
-    """Cosine between instance and label TF-IDF vectors; no training labels used.
-
-    Scores are sparse products of blocks of at most ``chunk`` query rows (fewer where the block's
-    product would pass :data:`xmc.sparse_topk.NNZ_BUDGET` nonzeros): no dense block x labels array,
-    so time and memory follow the nonzero scores, with millions of labels. Same ranking as a dense
-    top-k: labels sharing no term score 0 and fill rows with fewer than ``k`` matches, lowest ids first.
-    ``X_label_T``: ``X_label`` already transposed (:func:`xmc.sparse_topk.transposed_operand`), for repeated calls.
-    """
-    return sparse_product_topk(X_query, X_label, k, max_rows=chunk, desc="tfidf zero-shot", BT=X_label_T)
-
-
-def knn_label_voting(X_query: sp.csr_matrix, X_train: sp.csr_matrix, Y_train: sp.csr_matrix, n_neighbors: int, k: int,
-                     chunk: int = 512, power: float = 1.0) -> TopK:
-    """Each of the ``n_neighbors`` most similar training instances votes for its labels with sim**power.
-
-    Neighbours come from sparse query x training-instance products (see :func:`tfidf_zero_shot`), the
-    votes from a sparse (block x N_trn) weight matrix times ``Y_train``: nothing dense in N_trn or L."""
-    Y = Y_train.tocsr()
-    parts = []
-    for _, nn in iter_sparse_product_topk(X_query, X_train, n_neighbors, max_rows=chunk, desc="tfidf kNN"):
-        valid = nn.indices >= 0
-        rows = np.nonzero(valid)[0]
-        W = sp.csr_matrix((np.maximum(nn.scores[valid], 0) ** power, (rows, nn.indices[valid])),
-                          shape=(nn.indices.shape[0], X_train.shape[0]))
-        parts.append(csr_topk(W @ Y, k, zeros_are_candidates=False))
-    if not parts:
-        return TopK(np.full((0, k), -1, np.int32), np.full((0, k), -np.inf, np.float32))
-    return TopK(np.vstack([p.indices for p in parts]), np.vstack([p.scores for p in parts]))
+__all__ = ["TFIDF_SPLITS", "LabelPrior", "TfidfFeatures", "fit_tfidf", "knn_label_voting", "label_prior_predict",
+           "tfidf_zero_shot", "vocabulary_json"]

@@ -20,8 +20,9 @@ from xmc.data import load_processed
 from xmc.errors import ConfigError
 from xmc.evaluation import evaluate_split, write_evaluation
 from xmc.io import atomic_dir, read_json, write_json
+from xmc.lexical.fusion_fit import fit_boosted_fusion, fit_fusion
 from xmc.lexical.hybrid import (HybridRanker, base_only_fusion, choose_first_bonus, choose_valtuned_fusion,
-                                fit_boosted_fusion, fit_fusion, first_of_a_run, precision_at, top_k)
+                                first_of_a_run, precision_at, top_k)
 from xmc.lexical.hybrid import CandidateTable
 from xmc.logs import kv
 from xmc.package.build import PREDICTED_SPLITS, dataset_record

@@ -18,13 +18,13 @@ import scipy.sparse as sp
 import torch
 
 from xmc.ann.shortlist import SMALL_FULL_SEARCH, TfidfShortlist, full_search, rerank
-from xmc.baselines.tfidf import _vectorizer, knn_label_voting, label_prior_predict, tfidf_zero_shot
 from xmc.config.schema import TfidfKnnConfig, TfidfZeroShotConfig, filled
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import read_json_file, save_csr
 from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_scores
 from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
 from xmc.lexical.names import MODES
+from xmc.lexical.tfidf import TfidfTextEncoder, knn_label_voting, label_prior_predict, tfidf_zero_shot
 from xmc.package.predictors import (PACKAGE_FILES, Predictor, _copy_tree, _inside, _link_or_copy, _search, _setting,
                                     predictor_class)
 from xmc.sparse_topk import prune_postings, transposed_operand
@@ -35,17 +35,20 @@ log = logging.getLogger(__name__)
 # ------------------------------------------------------------------------------------------------
 # TF-IDF baselines and the label prior
 # ------------------------------------------------------------------------------------------------
-def _load_vectorizer(d: Path) -> Any:
+def _load_vectorizer(d: Path) -> TfidfTextEncoder:
+    """The TF-IDF transform the tfidf stage saved in ``d`` (vocabulary, idf, settings), without scikit-learn."""
     params = read_json_file(d / "settings.json", "TF-IDF settings")
     vocab = read_json_file(d / "vocabulary.json", "a TF-IDF vocabulary")
     if not isinstance(vocab, dict) or not isinstance(params, dict):
         raise DataFormatError(d / "vocabulary.json", None, "not a TF-IDF vocabulary (a JSON object)")
-    vec = _vectorizer(params, vocabulary=vocab)
     with np.load(d / "idf.npz", allow_pickle=False) as z:
-        vec.idf_ = z["idf"]
-    if len(vec.idf_) != len(vocab):
-        raise DataFormatError(d / "idf.npz", None, f"{len(vec.idf_)} idf values for {len(vocab)} terms")
-    return vec
+        idf = z["idf"]
+    if len(idf) != len(vocab):
+        raise DataFormatError(d / "idf.npz", None, f"{len(idf)} idf values for {len(vocab)} terms")
+    try:
+        return TfidfTextEncoder.from_settings(params, vocab, idf)
+    except ValueError as e:
+        raise DataFormatError(d / "settings.json", None, str(e)) from None
 
 
 def _copy_vectorizer(src: Path, out: Path) -> None:
