@@ -29,14 +29,15 @@ GPU_STAGE_PATTERNS = ("train@*", "package@*")
 
 
 def _gpu_deployment_ready(name: str) -> bool:
-    """True when deployment ``name`` exists and its work pool has an online worker."""
+    """True when deployment ``name`` exists and its work pool is not paused and has an online worker (a paused
+    pool's worker takes no run: a stage sent there would wait until its timeout)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import WorkerFilter, WorkerFilterStatus
 
     try:
         with get_client(sync_client=True) as client:
             dep = client.read_deployment_by_name(name)
-            if not dep.work_pool_name:
+            if not dep.work_pool_name or client.read_work_pool(dep.work_pool_name).is_paused:
                 return False
             workers = client.read_workers_for_work_pool(
                 dep.work_pool_name, worker_filter=WorkerFilter(status=WorkerFilterStatus(any_=["ONLINE"])))
@@ -74,7 +75,7 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
         order = stage_order(repo, targets)
         logger.info("stages in order: %s", ", ".join(map(str, order)))
         use_gpu = bool(gpu_deployment) and _gpu_deployment_ready(gpu_deployment)
-        logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else "none online; heavy stages run in-process")
+        logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else "none ready (no online worker, or the pool is paused); heavy stages run in-process")
         results: dict[str, Any] = {}
         for stage in order:
             timeout = stage_timeout(orch, stage)

@@ -67,7 +67,8 @@ def make_repo(dest: Path, dataset_dir: Path = SEMCOR, trn_docs: int = 3, tst_doc
     set_param(dest, "data.name", Path(dataset_dir).name)   # its outputs: results/<folder name>/
     set_param(dest, "graph.wordnet_dir", str(SEMCOR.parent / "wordnet30"))   # the project's relative path, made absolute
     set_param(dest, "data.subsample", {"trn": trn_docs, "tst": tst_docs, "unit": "documents", "labels": labels})
-    extra = dict(extra_params or {})
+    # a small slice's label graph: one short walk per node (the walk's code path; 8 x 400 is the product's)
+    extra = {"graph.walk.walks": 1, "graph.walk.hops": 50, **(extra_params or {})}
     if "runs" in extra:
         # a narrowed pipeline: the hybrids, paired tests, figures and promoted packages of runs it keeps
         runs = set(extra["runs"])

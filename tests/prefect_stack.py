@@ -81,6 +81,19 @@ class PrefectStack:
         self.procs.append(p)
         return p
 
+    def stop_worker(self, p: subprocess.Popen, timeout: float = 30) -> None:
+        """Stop one worker this stack started (by its PID: drain on the first SIGTERM, stop on the second)."""
+        for _ in range(2):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(timeout=timeout / 2)
+                except subprocess.TimeoutExpired:
+                    pass
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+
     def stop(self) -> None:
         # workers drain on the first SIGTERM and stop on the second
         for p in reversed(self.procs):

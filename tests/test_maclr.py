@@ -19,8 +19,10 @@ import yaml
 from xmc.baselines.tfidf import fit_tfidf
 from xmc.data import Split, XMCDataset, save_processed
 from xmc.encoders import build_encoder
-from xmc.maclr import (ClusterSchedule, PseudoPairs, ict_pairs_from_groups, ict_pairs_from_titles,
-                       label_regularisation_loss, load_texts_only, supcon_loss, tfidf_topk, topk_to_csr, union_pairs)
+from xmc.maclr.clustering import ClusterSchedule
+from xmc.maclr.corpus import load_texts_only
+from xmc.maclr.losses import label_regularisation_loss, supcon_loss
+from xmc.maclr.pseudo import PseudoPairs, ict_pairs_from_groups, ict_pairs_from_titles, tfidf_topk, topk_to_csr, union_pairs
 from xmc.maclr.train import ICTClusterSampler, fewshot_labels, restrict_columns, stage2_pseudo_matrix, train_stage1
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +52,7 @@ def test_tfidf_pseudo_positives_known_answers():
 
 def test_stage2_agreement_keeps_only_pairs_both_views_rank():
     from xmc.errors import ConfigError
-    from xmc.maclr import agreed_pairs
+    from xmc.maclr.pseudo import agreed_pairs
 
     a = topk_to_csr(np.array([[0, 1], [2, -1], [3, 1]]), 4)
     b = topk_to_csr(np.array([[1, 2], [3, -1], [1, 3]]), 4)

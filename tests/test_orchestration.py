@@ -212,14 +212,30 @@ def test_flows_run_only_the_product_pipeline(deployed):
 
 def test_training_and_package_stages_go_to_the_gpu_pool(stack, deployed):
     """With an online worker on the gpu pool, the pipeline flow sends train@<run> and package@<run> to the
-    xmc-stage/gpu deployment (one flow run each) and runs the other stages itself."""
+    xmc-stage/gpu deployment (one flow run each) and runs the other stages itself; with the pool paused, none."""
+    from prefect.settings import temporary_settings
+
+    from flows.pipeline import _gpu_deployment_ready
+
+    worker = stack.start_worker("gpu", "gpu-test", cwd=deployed, PYTHONPATH=str(deployed),
+                                XMC_CACHE_DIR=str(deployed.parent / "xmc-cache"))
+    try:
+        _dispatch_to_the_gpu_pool(stack, deployed)
+    finally:
+        # the later tests' runs do their stages in-process: the worker stopped, its pool paused (the server marks
+        # a stopped worker offline only after its missed heartbeats)
+        stack.stop_worker(worker)
+        stack.cli("work-pool", "pause", "gpu")
+    with temporary_settings(stack.settings()):
+        assert not _gpu_deployment_ready("xmc-stage/gpu")   # a paused pool is never sent a stage
+
+
+def _dispatch_to_the_gpu_pool(stack: PrefectStack, deployed: Path) -> None:
     from prefect.client.schemas.filters import (DeploymentFilter, DeploymentFilterId, FlowRunFilter, FlowRunFilterId,
                                                 WorkerFilter, WorkerFilterStatus)
     from prefect.deployments import run_deployment
     from prefect.settings import temporary_settings
 
-    stack.start_worker("gpu", "gpu-test", cwd=deployed, PYTHONPATH=str(deployed),
-                       XMC_CACHE_DIR=str(deployed.parent / "xmc-cache"))
     deadline = time.time() + 90
     while time.time() < deadline and not _client_call(stack, lambda c: c.read_workers_for_work_pool(
             "gpu", worker_filter=WorkerFilter(status=WorkerFilterStatus(any_=["ONLINE"])))):
