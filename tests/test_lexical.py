@@ -924,11 +924,11 @@ TFIDF_SETTINGS = [{}, {"ngram_max": 1}, {"ngram_max": 3, "sublinear_tf": False},
 
 @pytest.mark.parametrize("dataset", ["semcor-wn30", "debian-relations"])
 def test_the_tfidf_encoder_gives_the_vectorisers_rows_bit_for_bit(dataset, tmp_path):
-    """A package embeds texts with xmc.lexical.tfidf.TfidfTextEncoder, built from the files the tfidf stage saved;
+    """A package embeds texts with xmc.tfidf.TfidfTextEncoder, built from the files the tfidf stage saved;
     its rows are scikit-learn's, the same nonzeros and the same bits, for every setting of params ``tfidf``, on real
     texts of both datasets (the test split's: words the vocabulary never saw, empty rows)."""
     from xmc.baselines.tfidf import TfidfFeatures, fit_tfidf
-    from xmc.lexical.tfidf import TfidfTextEncoder
+    from xmc.tfidf import TfidfTextEncoder
     from xmc.package.lexical_predictors import _load_vectorizer
 
     root = SEMCOR.parent / dataset
@@ -960,7 +960,7 @@ def test_the_tfidf_encoders_stop_words_are_scikit_learns_and_bad_settings_are_re
     from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS as SKLEARN_ENGLISH
 
     from xmc.errors import DataFormatError
-    from xmc.lexical.tfidf import ENGLISH_STOP_WORDS, TfidfTextEncoder
+    from xmc.tfidf import ENGLISH_STOP_WORDS, TfidfTextEncoder
     from xmc.package.lexical_predictors import _load_vectorizer
 
     assert ENGLISH_STOP_WORDS == SKLEARN_ENGLISH

@@ -99,7 +99,7 @@ print(json.dumps(sorted(sys.modules)))
 
 def test_every_package_loads_and_predicts_without_scikit_learn(packages):
     """No predictor imports scikit-learn (nor the scipy.stats and pandas it pulls in, 2.5 s of every cold start): a
-    TF-IDF package embeds its texts with xmc.lexical.tfidf, a hybrid scores its fusion from plain arrays; the
+    TF-IDF package embeds its texts with xmc.tfidf, a hybrid scores its fusion from plain arrays; the
     dense and UniDEC predictors import no TF-IDF or hybrid module at all."""
     root, kinds = packages
     script = """

@@ -16,7 +16,7 @@ from xmc.config.schema import TfidfConfig, filled
 from xmc.errors import DataFormatError
 from xmc.io import atomic_dir, save_csr, save_npz_deterministic
 # the baselines' prediction needs no scikit-learn: it lives with the query encoder (re-exported here)
-from xmc.lexical.tfidf import LabelPrior, TfidfTextEncoder, knn_label_voting, label_prior_predict, tfidf_zero_shot
+from xmc.tfidf import LabelPrior, TfidfTextEncoder, knn_label_voting, label_prior_predict, tfidf_zero_shot
 
 
 TFIDF_SPLITS = ("trn", "val", "lbl")  # what the tfidf stage transforms; test rows are transformed at prediction
