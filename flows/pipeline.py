@@ -75,7 +75,8 @@ def xmc_pipeline(repo_dir: str = ".", targets: list[str] | None = None,
         order = stage_order(repo, targets)
         logger.info("stages in order: %s", ", ".join(map(str, order)))
         use_gpu = bool(gpu_deployment) and _gpu_deployment_ready(gpu_deployment)
-        logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else "none ready (no online worker, or the pool is paused); heavy stages run in-process")
+        logger.info("GPU pool: %s", f"deployment {gpu_deployment}" if use_gpu else
+                    "none ready (no online worker, or the pool is paused); heavy stages run in-process")
         results: dict[str, Any] = {}
         for stage in order:
             timeout = stage_timeout(orch, stage)
