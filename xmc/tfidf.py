@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from xmc.config.schema import TfidfConfig
 from xmc.predictions import TopK, topk_from_scores
 from xmc.sparse_topk import csr_topk, iter_sparse_product_topk, sparse_product_topk
 
@@ -86,9 +87,11 @@ class TfidfTextEncoder:
 
     @classmethod
     def from_settings(cls, settings: dict[str, Any], vocabulary: dict[str, int], idf: np.ndarray) -> TfidfTextEncoder:
-        """From a saved ``settings.json`` (the params ``tfidf`` section as the stage resolved it)."""
-        return cls(vocabulary, idf, ngram_max=settings.get("ngram_max", 2), sublinear_tf=settings.get("sublinear_tf", True),
-                   stop_words=settings.get("stop_words"), token_pattern=settings.get("token_pattern"))
+        """From a saved ``settings.json`` (the params ``tfidf`` section as the stage resolved it; a missing key takes
+        the schema's default, as the fitted vectoriser did)."""
+        cfg = {**TfidfConfig().model_dump(), **settings}
+        return cls(vocabulary, idf, ngram_max=cfg["ngram_max"], sublinear_tf=cfg["sublinear_tf"],
+                   stop_words=cfg.get("stop_words"), token_pattern=cfg.get("token_pattern"))
 
     def terms(self, text: str) -> list[str]:
         """The words and word n-grams of ``text`` (n = 1 .. ngram_max), stop words dropped before the n-grams."""

@@ -24,10 +24,10 @@ from xmc.io import read_json_file, save_csr
 from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_scores
 from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
 from xmc.lexical.names import MODES
-from xmc.tfidf import TfidfTextEncoder, knn_label_voting, label_prior_predict, tfidf_zero_shot
 from xmc.package.predictors import (PACKAGE_FILES, Predictor, _copy_tree, _inside, _link_or_copy, _search, _setting,
                                     predictor_class)
 from xmc.sparse_topk import prune_postings, transposed_operand
+from xmc.tfidf import TfidfTextEncoder, knn_label_voting, label_prior_predict, tfidf_zero_shot
 
 log = logging.getLogger(__name__)
 
