@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import networkx as nx
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -16,6 +17,7 @@ from xmc.graph import (AnchorSet, augment_edges, bipartite_adjacency, load_graph
                        random_walk_with_restart, rwr_closed_form, save_anchor_set)
 from xmc.graph.build import document_query_set, item_relations_label_set, label_cooccurrence_set, wordnet_label_set
 from xmc.graph.rwr import top_k_per_row
+from xmc.graph.stats import degree_histogram, graph_stats
 from xmc.data.dataset import Split
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.methods.ramen import GraphAnchorSampler, RamenObjective, TripletLoss, anchor_regulariser
@@ -70,12 +72,41 @@ def test_augment_adds_only_new_top_k_edges_and_keeps_originals():
     assert new.nnz == info["edges_added"] > 0
     assert np.all((new.data > 0) & (new.data < 1))  # visit shares
     # every new edge joins two nodes of the same connected component (2 hops or more apart)
-    import networkx as nx
-    from xmc.graph.stats import to_networkx
-
     comp = {v: k for k, c in enumerate(nx.connected_components(to_networkx(E))) for v in c}
     for r, c in zip(*new.nonzero()):
         assert comp[("n", r)] == comp[("a", c)]
+
+
+def to_networkx(E: sp.spmatrix) -> nx.Graph:
+    """The bipartite graph as networkx sees it: nodes ("n", i) and ("a", j), one edge per entry of E."""
+    G = nx.Graph()
+    G.add_nodes_from(("n", i) for i in range(E.shape[0]))
+    G.add_nodes_from(("a", j) for j in range(E.shape[1]))
+    coo = sp.coo_matrix(E)
+    G.add_edges_from((("n", int(r)), ("a", int(c))) for r, c in zip(coo.row, coo.col))
+    return G
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_graph_stats_are_networkx_s_numbers(seed):
+    rng = np.random.default_rng(seed)
+    n, m = int(rng.integers(1, 40)), int(rng.integers(1, 30))
+    E = sp.random(n, m, density=float(rng.uniform(0.01, 0.2)), random_state=seed, format="coo")
+    # a duplicate entry and an explicit zero: one edge each, as networkx counts them
+    E = sp.coo_matrix((np.r_[E.data, 0.5, 0.0], (np.r_[E.row, 0, n - 1], np.r_[E.col, 0, m - 1])), shape=(n, m)).tocsr()
+    G = to_networkx(E)
+    st = graph_stats(E)
+    node_deg = np.array([G.degree(("n", i)) for i in range(n)])
+    anc_deg = np.array([G.degree(("a", j)) for j in range(m)])
+    comps = [len(c) for c in nx.connected_components(G) if len(c) > 1]
+    assert st["edges"] == G.number_of_edges() and (st["nodes"], st["anchors"]) == (n, m)
+    assert st["node_degree"]["max"] == node_deg.max() and st["node_degree"]["isolated"] == (node_deg == 0).sum()
+    assert st["node_degree"]["mean"] == round(float(node_deg.mean()), 3)
+    assert st["anchor_degree"]["median"] == float(np.median(anc_deg))
+    assert st["anchor_degree"]["histogram"] == degree_histogram(anc_deg)
+    assert st["node_degree"]["histogram"] == degree_histogram(node_deg)
+    assert st["components_with_edges"] == len(comps) and st["largest_component"] == max(comps, default=0)
+    assert graph_stats(sp.csr_matrix((n, m)))["components_with_edges"] == 0
 
 
 def test_top_k_per_row_breaks_ties_by_column():

@@ -19,13 +19,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from xmc.config import read_params_file
-from xmc.config.params import validate_params
-from xmc.config.runs import single_run
-from xmc.config.schema import ParamsError, deep_merge
+from xmc.config.training import read_config, resolve_training, settings_for
 from xmc.data import save_processed
 from xmc.encoders.cache import configure_from_params
-from xmc.errors import ConfigError
 from xmc.features import FEATURES_OF
 from xmc.features.graph import build_graph
 from xmc.features.ingest import read_dataset
@@ -43,37 +39,6 @@ log = logging.getLogger(__name__)
 
 BUILDERS = {"tfidf": build_tfidf, "graph": build_graph, "maclr_pairs": build_maclr_pairs}
 
-# keys of an override file or ``**overrides`` that set product sections rather than the method's own knobs
-PRODUCT_SECTIONS = ("data", "validate", "tfidf", "label_names", "maclr_pairs", "graph", "evaluate", "index", "hybrid",
-                    "encode_cache")
-
-
-def read_config(path: str | Path) -> dict[str, Any]:
-    """A small YAML file of overrides (``--config``): the method's knobs at the top, product sections by name."""
-    raw, lines = read_params_file(path)
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: expected a mapping of overrides (e.g. train: {{epochs: 8}})")
-    return raw
-
-
-def settings_for(data_dir: str | Path, overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(the product settings with ``data.dataset_dir`` set and the product sections of ``overrides`` applied, the
-    method's own overrides). Problems are one ConfigError line each."""
-    product = {k: v for k, v in overrides.items() if k in PRODUCT_SECTIONS}
-    method = {k: v for k, v in overrides.items() if k not in PRODUCT_SECTIONS}
-    raw = deep_merge({"data": {"dataset_dir": str(data_dir)}}, product)
-    raw["data"]["dataset_dir"] = str(data_dir)
-    # no WordNet folder unless one is given: the wordnet anchor set needs it (a dataset with label_graph.tsv)
-    raw.setdefault("graph", {}).setdefault("wordnet_dir", None)
-    raw["graph"].setdefault("wordnet", {}).setdefault("enabled", bool(raw["graph"]["wordnet_dir"]))
-    try:
-        params = validate_params(raw)
-    except ParamsError as e:
-        raise ConfigError("; ".join(f"{'.'.join(map(str, loc))}: {msg}" for loc, msg in e.problems)) from None
-    return params, method
-
 
 def train(data_dir: str | Path, method: str = "astra", out: str | Path | None = None,
           config: str | Path | None = None, work_dir: str | Path | None = None, keep_work: bool = False,
@@ -85,16 +50,8 @@ def train(data_dir: str | Path, method: str = "astra", out: str | Path | None = 
     or a product section such as ``evaluate={...}``), applied after the file. ``work_dir``: where the processed
     data, features and checkpoints go (default: a scratch folder beside ``out``, removed at the end unless
     ``keep_work``; an interrupted run resumes from its checkpoints when given the same ``work_dir``)."""
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise ConfigError(f"{data_dir}: dataset folder not found")
-    merged = deep_merge(read_config(config) if config else {}, overrides)
-    params, method_overrides = settings_for(data_dir, merged)
-    run = single_run(method, method_overrides, params, name=method,
-                     where=str(config) if config else "overrides")
-    out = Path(out) if out is not None else Path("models") / method
-    if out.exists() and not (out / "manifest.json").is_file():
-        raise ConfigError(f"{out}: exists and is not a model package (choose another --out)")
+    req = resolve_training(data_dir, method, out, config, **overrides)
+    data_dir, params, run, out = req.data_dir, req.params, req.run, req.out
     protect_inputs(str(data_dir), params["graph"]["wordnet_dir"], params["graph"]["source_dir"])
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f".xmc-train-{method}-", dir=out.parent))

@@ -65,12 +65,17 @@ def _set_override(text: str) -> dict[str, Any]:
 
 
 def cmd_train(a: argparse.Namespace) -> None:
-    from xmc.api import train
     from xmc.config.schema import deep_merge
+    from xmc.config.training import resolve_training
 
     overrides: dict[str, Any] = {}
     for item in a.set or []:
         overrides = deep_merge(overrides, _set_override(item))
+    # the folder, the overrides, the method and --out are checked before the training code (torch, scikit-learn)
+    # is imported: a typo is one line in a second
+    resolve_training(a.data_dir, a.method, a.out, a.config, **overrides)
+    from xmc.api import train
+
     pkg = train(a.data_dir, method=a.method, out=a.out, config=a.config, work_dir=a.work_dir,
                 keep_work=a.work_dir is not None, run_validation=not a.no_validate, **overrides)
     metrics = pkg.manifest.get("metrics") or {}

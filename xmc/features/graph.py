@@ -98,7 +98,7 @@ def build_graph(params: dict[str, Any], ws: Workspace) -> dict[str, Any]:
             stats[key] = {"before": graph_stats(E), "after": graph_stats(aug), "random_walk": info,
                           "walkers": int(w["walks"]) * int((E.getnnz(1) > 0).sum() + (E.getnnz(0) > 0).sum()),
                           "seconds": round(timing[f"random_walk {key}"], 2)}
-            timing[f"networkx stats {key}"] = time.perf_counter() - t1
+            timing[f"graph stats {key}"] = time.perf_counter() - t1
             log.info("%s: %d -> %d edges (+%d) in %.1f s", key, E.nnz, aug.nnz, info["edges_added"],
                      timing[f"random_walk {key}"])
             new_edges[side] = aug

@@ -1,25 +1,22 @@
-"""Graph statistics (networkx) for the validation report: nodes, edges, degrees, components."""
+"""Graph statistics for the validation report: nodes, edges, degrees, components (scipy.sparse.csgraph)."""
 
 from __future__ import annotations
 
 import html
 
-import networkx as nx
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 DEGREE_BINS = [0, 1, 2, 3, 5, 10, 20, 50, 100, 10**9]
 
 
-def to_networkx(E: sp.csr_matrix) -> nx.Graph:
-    """Bipartite graph: nodes ("n", i) and ("a", j), one edge per non-zero of E (attribute weight)."""
-    G = nx.Graph()
-    n, m = E.shape
-    G.add_nodes_from((("n", i) for i in range(n)), bipartite=0)
-    G.add_nodes_from((("a", j) for j in range(m)), bipartite=1)
-    coo = E.tocoo()
-    G.add_weighted_edges_from((("n", int(r)), ("a", int(c)), float(w)) for r, c, w in zip(coo.row, coo.col, coo.data))
-    return G
+def _bipartite_structure(E: sp.spmatrix) -> sp.csr_matrix:
+    """One stored 1 per node-anchor pair that has an entry in E (an explicit zero is an edge too, duplicates one)."""
+    S = sp.csr_matrix(E, copy=True)
+    S.sum_duplicates()
+    S.data = np.ones_like(S.data, dtype=np.int8)
+    return S
 
 
 def degree_histogram(deg: np.ndarray) -> dict[str, int]:
@@ -30,20 +27,25 @@ def degree_histogram(deg: np.ndarray) -> dict[str, int]:
     return out
 
 
-def graph_stats(E: sp.csr_matrix) -> dict:
-    """Nodes/edges, degree summaries and histograms of both sides, connected components (networkx)."""
-    G = to_networkx(E)
-    node_deg = np.array([d for (k, _), d in G.degree() if k == "n"]) if E.shape[0] else np.zeros(0)
-    anc_deg = np.array([d for (k, _), d in G.degree() if k == "a"]) if E.shape[1] else np.zeros(0)
-    comps = [len(c) for c in nx.connected_components(G) if len(c) > 1]
+def graph_stats(E: sp.spmatrix) -> dict:
+    """Nodes/edges, degree summaries and histograms of both sides, connected components of the bipartite graph
+    (nodes and anchors, one edge per entry of E). Computed on the sparse matrix itself: building a networkx graph
+    of WordNet's 25,819 labels took seconds per call for the same numbers."""
+    S = _bipartite_structure(E)
+    n, m = S.shape
+    node_deg, anc_deg = S.getnnz(1), S.getnnz(0)
+    adjacency = sp.bmat([[None, S], [S.T, None]], format="csr") if n and m else sp.csr_matrix((n + m, n + m))
+    _, label = connected_components(adjacency, directed=False)
+    sizes = np.bincount(label) if n + m else np.zeros(0, np.int64)
+    comps = sizes[sizes > 1]
 
     def summ(d: np.ndarray) -> dict:
         return {"mean": round(float(d.mean()), 3) if len(d) else 0.0, "median": float(np.median(d)) if len(d) else 0.0,
                 "max": int(d.max()) if len(d) else 0, "isolated": int((d == 0).sum()), "histogram": degree_histogram(d)}
 
-    return {"nodes": int(E.shape[0]), "anchors": int(E.shape[1]), "edges": int(G.number_of_edges()),
+    return {"nodes": int(n), "anchors": int(m), "edges": int(S.nnz),
             "node_degree": summ(node_deg), "anchor_degree": summ(anc_deg),
-            "components_with_edges": len(comps), "largest_component": max(comps) if comps else 0}
+            "components_with_edges": int(len(comps)), "largest_component": int(comps.max()) if len(comps) else 0}
 
 
 def stats_html(title: str, rows: dict[str, dict], timing: dict[str, float]) -> str:
