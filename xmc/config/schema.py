@@ -572,8 +572,13 @@ class NameMatchRunConfig(Section):
 
 
 class ValTunedFusionConfig(Section):
-    """Grids of the validation-tuned fusion (name-match score + matched_bonus + method_weight x method score): it
-    reads no training pair, and its two weights are chosen on the labelled validation split."""
+    """The validation-tuned fusion: it reads no training pair and is fit on the labelled validation split. ``grid``:
+    name-match score + matched_bonus + method_weight x method score, two weights chosen from the grids below;
+    ``boosted_trees``: the trees of ``hybrid.boosted_trees`` on the features no training pair gives (the run's
+    score, rank and gap, the name matches); ``auto``: whichever of the two has the better cross-fitted validation
+    P@k within ``hybrid.max_loss_without_name_match`` (ties: the grid)."""
+
+    fusion: Literal["grid", "boosted_trees", "auto"] = "auto"
 
     method_weight: Annotated[list[NonNegFloat], Field(min_length=1)] = [0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 20.0,
                                                                        100.0, 1000.0, 1e6]

@@ -4,8 +4,10 @@ package, predictions and metrics (the ``fuse@<hybrid>`` and ``ensemble`` stages,
 Fusion weights are fit on the validation split only. The validation predictions of the hybrid are cross-fitted
 (weights fit on the other folds of validation documents), so its validation metrics are not in-sample; the
 test predictions use the weights fit on the whole validation split, through the same ranker the model package's
-``hybrid`` predictor runs. A validation-tuned hybrid's fusion (``fusion: valtuned``) reads no training label: its two weights are chosen on
-validation (the training split is read only to evaluate it, for the label propensities of PSP@k).
+``hybrid`` predictor runs. A validation-tuned hybrid's fusion (``fusion: valtuned``) reads no training label: two
+weights chosen on a grid, or boosted trees on the features that need no training pair, fit on validation
+(``hybrid.valtuned.fusion``; ``auto`` takes the one with the better cross-fitted validation P@k); the training split
+is read only to evaluate it, for the label propensities of PSP@k.
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ from xmc.errors import ConfigError
 from xmc.evaluation import evaluate_split, write_evaluation
 from xmc.io import atomic_dir, read_json, write_json
 from xmc.lexical.fusion_fit import fit_boosted_fusion, fit_fusion
-from xmc.lexical.hybrid import (HybridRanker, base_only_fusion, choose_first_bonus, choose_valtuned_fusion,
-                                first_of_a_run, precision_at, top_k)
+from xmc.lexical.hybrid import (HybridRanker, LossWithoutNameMatch, base_only_fusion, choose_first_bonus,
+                                choose_valtuned_fusion, first_of_a_run, precision_at, top_k)
 from xmc.lexical.hybrid import CandidateTable
 from xmc.logs import kv
 from xmc.package.build import PREDICTED_SPLITS, dataset_record
@@ -160,31 +162,62 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, val
     # P@1 against its run (the validation-tuned weights and the first bonus are chosen under that bound)
     misled = None if ensemble else ~with_correct_name_match(table, ranker.features, ds.val.Y)
 
-    def fit(rows: np.ndarray):
-        if valtuned:
-            return choose_valtuned_fusion(table, ds.val.Y, rows, vt["method_weight"], vt["matched_bonus"],
-                                           vt["precision_k"], misled, cfg["max_loss_without_name_match"],
-                                           cfg["min_texts_without_name_match"])
-        return fit_supervised_fusion(cfg, table, ds.val.Y, rows, ranker.features), {}
+    every = np.arange(len(ds.val))
 
-    cross, infos = cross_fitted_scores(table, folds, fit)
+    def fit_grid(rows: np.ndarray):
+        return choose_valtuned_fusion(table, ds.val.Y, rows, vt["method_weight"], vt["matched_bonus"],
+                                      vt["precision_k"], misled, cfg["max_loss_without_name_match"],
+                                      cfg["min_texts_without_name_match"])
+
+    def fit_trees(rows: np.ndarray):
+        return fit_supervised_fusion(cfg, table, ds.val.Y, rows, ranker.features,
+                                     kind="boosted_trees" if valtuned else None), {}
+
+    n_misled = int(misled.sum()) if misled is not None else 0
+
+    def with_first_bonus(kind: str, cross: np.ndarray) -> tuple[float, dict[str, Any], bool | None]:
+        # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation
+        # P@1 (one number picked on the predictions it is then reported on: an in-sample choice of the validation
+        # row), at most hybrid.max_loss_without_name_match below the run on the texts whose name matches are all
+        # wrong; the bonus is in the fusion score's units: the grid fusion's own grid, the trees' log-odds grid
+        return choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
+                                  vt["first_bonus"] if kind == "grid" else cfg["first_bonus"], misled,
+                                  cfg["max_loss_without_name_match"], cfg["min_texts_without_name_match"])
+
+    # a validation-tuned hybrid's fusion: the two-weight grid, boosted trees on the features no training pair
+    # gives (the run's score and rank, the name matches), or (auto) whichever has the better cross-fitted
+    # validation P@k, each with its own first bonus, within the bound on the texts without a correct name match
+    # (ties: the grid; a second in-sample choice of the validation row)
+    kinds = (("grid", "boosted_trees") if vt["fusion"] == "auto" else (vt["fusion"],)) if valtuned else ("trained",)
+    fits = {"grid": fit_grid, "boosted_trees": fit_trees, "trained": fit_trees}
+    crossed = {kind: cross_fitted_scores(table, folds, fits[kind]) for kind in kinds}
+    bonuses = {kind: with_first_bonus(kind, crossed[kind][0]) for kind in kinds}
+    kind = kinds[0]
+    if len(kinds) > 1:
+        bound = LossWithoutNameMatch(table, ds.val.Y, every, ranker.features, misled,
+                                     cfg["max_loss_without_name_match"], cfg["min_texts_without_name_match"])
+        final = {k_: crossed[k_][0] + bonuses[k_][0] * first_of_a_run(table, ranker.features) for k_ in kinds}
+        precisions = [precision_at(table, final[k_], ds.val.Y, every, vt["precision_k"]) for k_ in kinds]
+        losses = [bound.of(final[k_]) for k_ in kinds]
+        i, met = bound.best(precisions, losses)
+        kind = kinds[i]
+        chosen["valtuned_fusion"] = {"chosen": kind, **{
+            k_: {f"P@{vt['precision_k']}": round(p_, 3), "first_bonus": bonuses[k_][0],
+                 **({"loss without a correct name match": round(l_, 3)} if l_ is not None else {})}
+            for k_, p_, l_ in zip(kinds, precisions, losses)}}
+        if met is not None:
+            chosen["valtuned_fusion"]["bound_met"] = met
+    fit = fits[kind]
+    cross, infos = crossed[kind]
     chosen.update(infos)
-    ranker.weights, info = fit(np.arange(len(ds.val)))
+    ranker.weights, info = fit(every)
     if info:
         chosen["all"] = info
     if info.get("bound_met") is False:
         log.warning("%s: no validation-tuned weights keep the validation texts without a correct name match within %.2f P@1 "
                     "of %s; the ones losing least are taken (%.2f)", name, cfg["max_loss_without_name_match"],
                     bases[0], info["loss without a correct name match"])
-    # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation P@1
-    # (one number picked on the predictions it is then reported on: the only in-sample choice of the validation
-    # row), at most hybrid.max_loss_without_name_match below the run on the texts whose name matches are all wrong
-    every = np.arange(len(ds.val))
-    n_misled = int(misled.sum()) if misled is not None else 0
-    bonus, tried, bound_met = choose_first_bonus(table, cross, ranker.features, ds.val.Y, every,
-                                                 vt["first_bonus"] if valtuned else cfg["first_bonus"], misled,
-                                                 cfg["max_loss_without_name_match"],
-                                                 cfg["min_texts_without_name_match"])
+    bonus, tried, bound_met = bonuses[kind]
     ranker.first_bonus = bonus
     cross = cross + bonus * first_of_a_run(table, ranker.features)
     chosen["first_bonus"] = {"chosen": bonus, "grid": tried, "texts without a correct name match": n_misled}
