@@ -46,7 +46,7 @@ def _css(page: str) -> str:
 def test_comparison_page_fits_a_laptop_screen():
     rows = [_row("tfidf_knn", 50.0, labelled_pairs="training pairs"),
             _row("astra", 70.0, labelled_pairs="training pairs"),
-            _row("astra_hybrid", 80.0, labelled_pairs="no training pairs; fusion weights tuned on labelled validation")]
+            _row("astra_hybrid", 80.0, labelled_pairs="no training pairs; fusion fit on labelled validation")]
     paired = [{"a": "astra", "b": "tfidf_knn", "metric": m, "a_value": 70.0, "b_value": 50.0, "diff": 20.0,
                "ci95": [18.0, 22.0], "p_value": 0.001, "p_holm": 0.004, "better": "astra", "n": 100,
                "unit": "instances", "n_units": 100, "n_resamples": 1000, "seed": 0, "level": 0.95}
@@ -63,7 +63,7 @@ def test_comparison_page_fits_a_laptop_screen():
     assert "70.0<span class='ci'>[68.0, 72.0]</span>" in page
     # texts wrap (the 'labelled pairs used' column), numbers do not
     assert re.search(r"td\.text\{[^}]*white-space:normal[^}]*max-width:15em", css)
-    assert "<td class='text'>no training pairs; fusion weights tuned on labelled validation" in page
+    assert "<td class='text'>no training pairs; fusion fit on labelled validation" in page
     # the long tables are collapsed sections that say what they hold
     assert re.search(r"<details><summary>2 tests: 2 differences significant after Holm&#x27;s correction, 0 ties"
                      r"</summary><div class='wrap'><table>", page), page

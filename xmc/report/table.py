@@ -62,11 +62,12 @@ def supervision(reads: tuple[str, ...], fusion: str | None, tuned_here: bool) ->
         base = "validation pairs"
     else:
         base = "none; defaults chosen on its validation" if tuned_here else "none (zero-shot)"
-    if fusion == "trained":
-        return base + "; fusion fit on validation" if "trn" in reads else "no training pairs; fusion fit on validation"
+    if fusion == "trained":   # the trained fusion reads the training split's label counts and name precisions
+        return base + "; fusion fit on validation" if "trn" in reads \
+            else "training label statistics (the fusion's); fusion fit on validation"
     if fusion == "valtuned":
-        return base + "; fusion weights tuned on labelled validation" if "trn" in reads \
-            else "no training pairs; fusion weights tuned on labelled validation"
+        return base + "; fusion fit on labelled validation" if "trn" in reads \
+            else "no training pairs; fusion fit on labelled validation"
     return base
 
 
