@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from xmc.config.training import read_config, resolve_training, settings_for
+from xmc.config.training import TrainingRequest, read_config, resolve_training, settings_for
 from xmc.data import save_processed
 from xmc.encoders.cache import configure_from_params
 from xmc.features import FEATURES_OF
@@ -50,8 +50,16 @@ def train(data_dir: str | Path, method: str = "astra", out: str | Path | None = 
     or a product section such as ``evaluate={...}``), applied after the file. ``work_dir``: where the processed
     data, features and checkpoints go (default: a scratch folder beside ``out``, removed at the end unless
     ``keep_work``; an interrupted run resumes from its checkpoints when given the same ``work_dir``)."""
-    req = resolve_training(data_dir, method, out, config, **overrides)
+    return train_resolved(resolve_training(data_dir, method, out, config, **overrides), work_dir=work_dir,
+                          keep_work=keep_work, run_validation=run_validation)
+
+
+def train_resolved(req: TrainingRequest, work_dir: str | Path | None = None, keep_work: bool = False,
+                   run_validation: bool = True) -> ModelPackage:
+    """:func:`train` of a request :func:`~xmc.config.training.resolve_training` has checked (``xmc train`` checks
+    before it imports this module)."""
     data_dir, params, run, out = req.data_dir, req.params, req.run, req.out
+    method = run.method
     protect_inputs(str(data_dir), params["graph"]["wordnet_dir"], params["graph"]["source_dir"])
     out.parent.mkdir(parents=True, exist_ok=True)
     scratch = Path(work_dir) if work_dir else Path(tempfile.mkdtemp(prefix=f".xmc-train-{method}-", dir=out.parent))
@@ -71,8 +79,8 @@ def train(data_dir: str | Path, method: str = "astra", out: str | Path | None = 
             BUILDERS[feature](params, ws)
         train_run(params, run, ws)
         splits = ("val", "tst") if len(ds.tst) else ("val",)   # test metrics when the folder has a test split
-        package_run(params, method, ws, splits=splits, run_params=run.config)
-        _put_in_place(ws.package(method), out)
+        package_run(params, run.name, ws, splits=splits, run_params=run.config)
+        _put_in_place(ws.package(run.name), out)
         return load(out)
     finally:
         if not keep_work and work_dir is None:
@@ -94,4 +102,4 @@ def _put_in_place(package: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-__all__ = ["read_config", "settings_for", "train"]
+__all__ = ["read_config", "settings_for", "train", "train_resolved"]

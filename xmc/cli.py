@@ -73,11 +73,10 @@ def cmd_train(a: argparse.Namespace) -> None:
         overrides = deep_merge(overrides, _set_override(item))
     # the folder, the overrides, the method and --out are checked before the training code (torch, scikit-learn)
     # is imported: a typo is one line in a second
-    resolve_training(a.data_dir, a.method, a.out, a.config, **overrides)
-    from xmc.api import train
+    req = resolve_training(a.data_dir, a.method, a.out, a.config, **overrides)
+    from xmc.api import train_resolved
 
-    pkg = train(a.data_dir, method=a.method, out=a.out, config=a.config, work_dir=a.work_dir,
-                keep_work=a.work_dir is not None, run_validation=not a.no_validate, **overrides)
+    pkg = train_resolved(req, work_dir=a.work_dir, keep_work=a.work_dir is not None, run_validation=not a.no_validate)
     metrics = pkg.manifest.get("metrics") or {}
     print(f"trained {pkg.method} on {a.data_dir} -> {pkg.root} ({pkg.n_labels} labels)", file=sys.stderr)
     for split, label in (("val", "validation"), ("tst", "test")):

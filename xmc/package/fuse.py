@@ -174,6 +174,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, val
                                      kind="boosted_trees" if valtuned else None), {}
 
     n_misled = int(misled.sum()) if misled is not None else 0
+    first = first_of_a_run(table, ranker.features)   # the candidates each run ranks first
 
     def with_first_bonus(kind: str, cross: np.ndarray) -> tuple[float, dict[str, Any], bool | None]:
         # the run's first answer keeps a bonus another candidate must overcome, chosen by cross-fitted validation
@@ -196,7 +197,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, val
     if len(kinds) > 1:
         bound = LossWithoutNameMatch(table, ds.val.Y, every, ranker.features, misled,
                                      cfg["max_loss_without_name_match"], cfg["min_texts_without_name_match"])
-        final = {k_: crossed[k_][0] + bonuses[k_][0] * first_of_a_run(table, ranker.features) for k_ in kinds}
+        final = {k_: crossed[k_][0] + bonuses[k_][0] * first for k_ in kinds}
         precisions = [precision_at(table, final[k_], ds.val.Y, every, vt["precision_k"]) for k_ in kinds]
         losses = [bound.of(final[k_]) for k_ in kinds]
         i, met = bound.best(precisions, losses)
@@ -219,7 +220,7 @@ def fuse(params: dict[str, Any], name: str, bases: list[str], ws: Workspace, val
                     bases[0], info["loss without a correct name match"])
     bonus, tried, bound_met = bonuses[kind]
     ranker.first_bonus = bonus
-    cross = cross + bonus * first_of_a_run(table, ranker.features)
+    cross = cross + bonus * first
     chosen["first_bonus"] = {"chosen": bonus, "grid": tried, "texts without a correct name match": n_misled}
     if n_misled:
         chosen["first_bonus"]["bound_met"] = bound_met   # None: too few texts for the bound to mean anything
