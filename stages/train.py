@@ -20,7 +20,7 @@ from xmc.encoders.cache import configure_from_params
 from xmc.errors import ConfigError
 from xmc.methods.base import ranks_of
 from xmc.methods.harness import train_run
-from xmc.parallel import exit_rank
+from xmc.ranks import exit_rank
 from xmc.workspace import product_workspace
 
 # what a run's training record holds (xmc.trainer.live: DVCLive's summary and histories); the folder persists across

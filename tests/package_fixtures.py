@@ -19,7 +19,7 @@ def trained_bow(texts, dim: int = 32, n_buckets: int = 4096, seed: int = 0, **kw
     untouched bucket to zero (xmc.encoders.bow): an encoder saved untrained would encode every text as zero."""
     import torch
 
-    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.encoders.bow import HashedBagOfWordsEncoder
     from xmc.encoders.bow import hashed_ngrams_many
 
     enc = HashedBagOfWordsEncoder(dim=dim, n_buckets=n_buckets, seed=seed, **kwargs)
@@ -45,7 +45,7 @@ def semcor_labels(n: int = N_LABELS) -> tuple[list[str], list[str]]:
 
 
 def _baseline_model(method: str, model_dir: Path, ws, Y: sp.csr_matrix) -> Path:
-    """A baseline's model folder as its method's training writes it (xmc.methods.peers): the TF-IDF files it
+    """A baseline's model folder as its method's training writes it (xmc.methods.baselines): the TF-IDF files it
     predicts with, the training labels or their frequencies."""
     from types import SimpleNamespace
 

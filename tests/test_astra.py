@@ -7,11 +7,11 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from xmc.encoders import HashedBagOfWordsEncoder
+from xmc.encoders.bow import HashedBagOfWordsEncoder
 from xmc.errors import ConfigError
 from xmc.methods.astra import (ASTRAModel, ASTRANegatives, ASTRAObjective, build_astra_model, full_ova_loss,
                                mine_classifier_shortlist)
-from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.trainer import Trainer, TrainConfig
 
 
 def synthetic(n_q: int = 240, n_l: int = 40, seed: int = 0):

@@ -325,7 +325,7 @@ def test_filled_gives_the_schema_defaults_and_keeps_a_full_section():
 
 
 def test_encoder_builder_fills_from_the_schema(monkeypatch):
-    from xmc.encoders import build_encoder
+    from xmc.encoders.build import build_encoder
 
     monkeypatch.setattr("xmc.encoders.transformer.TransformerEncoder", _Recorder)
     monkeypatch.setattr("xmc.encoders.bow.HashedBagOfWordsEncoder", _Recorder)
@@ -358,7 +358,7 @@ def test_sampler_builder_fills_from_the_schema(monkeypatch):
 
 
 def test_train_config_is_the_schema_train_section():
-    from xmc.trainer import TrainConfig
+    from xmc.trainer.trainer import TrainConfig
 
     d = TrainSection().model_dump()
     fields = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -376,7 +376,7 @@ def test_index_tfidf_bootstrap_selection_and_monitor_fill_from_the_schema():
     from xmc.baselines.tfidf import _vectorizer, fit_tfidf
     from xmc.metrics.bootstrap import bootstrap_settings
     from lab.selection import select_all
-    from xmc.trainer import RetrievalEvaluator
+    from xmc.trainer.evaluator import RetrievalEvaluator
 
     d = IndexConfig().model_dump()
     index = ANNIndex.from_params({})
@@ -420,12 +420,13 @@ def _bad_calls(tmp_path):
     """(builder call with a partial section holding one wrong key, the key path its error must name)."""
     from xmc.ann import ANNIndex
     from xmc.baselines.tfidf import fit_tfidf
-    from xmc.encoders import build_encoder
+    from xmc.encoders.build import build_encoder
     from xmc.maclr.train import stage2_pseudo_matrix, train_stage1
     from xmc.metrics.bootstrap import bootstrap_settings
     from xmc.negatives import build_sampler
     from lab.selection import select_all
-    from xmc.trainer import RetrievalEvaluator, TrainConfig
+    from xmc.trainer.evaluator import RetrievalEvaluator
+    from xmc.trainer.trainer import TrainConfig
     from xmc.validation import validate_dataset
 
     Y = sp.csr_matrix(np.eye(4, dtype=np.float32))

@@ -34,11 +34,11 @@ def _data(n: int = 96, seed: int = 0) -> tuple[list[str], sp.csr_matrix]:
 
 
 def _train(negatives: dict, out: Path, steps_file: Path) -> None:
-    from xmc.encoders import build_encoder
+    from xmc.encoders.build import build_encoder
     from xmc.losses import DecoupledSoftmaxLoss
     from xmc.models.dual_encoder import DualEncoderModel
     from xmc.negatives import build_sampler
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import ShardedForward, context
 
     torch.manual_seed(0)
@@ -80,7 +80,7 @@ def _train_astra(opts: dict, out: Path, steps_file: Path) -> None:
     ANN negatives from epoch 1 and uniform negatives drawn from the step's seed."""
     from tests.test_astra import small_model, synthetic
     from xmc.methods.astra import ASTRANegatives, ASTRAObjective
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import context
 
     texts, labels, Y = synthetic(n_q=96, n_l=40)
@@ -107,9 +107,9 @@ def _train_unidec(opts: dict, out: Path, steps_file: Path) -> None:
     encoder sharded; pick-some-labels batches with the clustered shortlist from epoch 1 (heads' dropout off: ranks
     draw different masks)."""
     from tests.test_unidec import synthetic
-    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.encoders.bow import HashedBagOfWordsEncoder
     from xmc.methods.unidec import PickSomeLabelsSampler, UniDECModel, UniDECObjective
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import context
 
     torch.manual_seed(0)
@@ -135,7 +135,7 @@ def _train_unidec(opts: dict, out: Path, steps_file: Path) -> None:
 def _train_ramen(_: dict, out: Path, steps_file: Path) -> None:
     """RAMEN: graph regularisers (anchor texts encoded through the sharded encoder), pruning from epoch 1."""
     from tests.test_ramen import toy_ramen
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import context
 
     (texts, _, _, _), enc, model, sampler, obj = toy_ramen(every_epochs=1)
@@ -151,7 +151,7 @@ def _train_ramen(_: dict, out: Path, steps_file: Path) -> None:
 def _train_maclr_stage1(_: dict, out: Path, steps_file: Path) -> None:
     """MACLR Stage I: ICT pseudo pairs in clustered batches (multi-scale k re-clustered from the gathered
     embeddings), label regularisation on; the encoder sharded."""
-    from xmc.encoders import build_encoder
+    from xmc.encoders.build import build_encoder
     from xmc.maclr.pseudo import ICTPair, PseudoPairs
     from xmc.maclr.train import train_stage1
     from xmc.trainer.distributed import context
@@ -191,11 +191,11 @@ def semcor_slice(n: int = 48) -> tuple[list[str], list[str], sp.csr_matrix]:
 def _train_dexml_transformer(_: dict, out: Path, steps_file: Path) -> None:
     """DEXML with the real MiniLM encoder (its dropout off: ranks would draw other masks) on a SemCor slice,
     in-batch negatives; every rank encodes its share of the batch's sentences and senses."""
-    from xmc.encoders import TransformerEncoder
+    from xmc.encoders.transformer import TransformerEncoder
     from xmc.losses import DecoupledSoftmaxLoss
     from xmc.models.dual_encoder import DualEncoderModel
     from xmc.negatives import build_sampler
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import context
 
     torch.manual_seed(0)
@@ -221,7 +221,7 @@ def _train_maclr_stage2(_: dict, out: Path, steps_file: Path) -> None:
     SemCor sentence, a real view of the slice), DecoupledSoftmax with in-batch negatives (``train_pairs``)."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from xmc.encoders import build_encoder
+    from xmc.encoders.build import build_encoder
     from xmc.maclr.train import train_pairs
     from xmc.trainer.distributed import context
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from xmc.encoders import TransformerEncoder, cache
-from xmc.encoders.cache import encoding_key
+from xmc.encoders import cache
+from xmc.encoders.transformer import TransformerEncoder
+from xmc.encoders.encoding_key import encoding_key
 
 TEXTS = ["the bank of the river", "a bank lends money", "she sat on the bench", "he ran to the store",
          "run the program again"]

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from xmc.encoders import HashedBagOfWordsEncoder, TransformerEncoder, build_encoder, load_encoder
+from xmc.encoders.bow import HashedBagOfWordsEncoder
+from xmc.encoders.build import build_encoder, load_encoder
+from xmc.encoders.transformer import TransformerEncoder
 from xmc.encoders.bow import hashed_ngrams
 from xmc.errors import ConfigError
 
@@ -281,7 +283,7 @@ def test_bow_training_forward_gathers_each_bucket_once_with_the_same_values_and_
     per token occurrence); values and the summed gradient equal the plain EmbeddingBag's."""
     import torch
 
-    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.encoders.bow import HashedBagOfWordsEncoder
 
     texts = ["the bank of the river bank", "a bank account", "river river river"]
     enc = HashedBagOfWordsEncoder(dim=8, n_buckets=512, seed=0)

@@ -361,7 +361,7 @@ def test_label_text_views_split_names_from_descriptions_and_leave_titles_whole()
 
 
 def test_encoder_label_view_changes_only_the_label_side_and_is_saved(tmp_path):
-    from xmc.encoders import build_encoder, load_encoder
+    from xmc.encoders.build import build_encoder, load_encoder
 
     enc = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 1024, "label_text": "names"})
     full = build_encoder({"kind": "bow", "dim": 16, "n_buckets": 1024})

@@ -18,7 +18,7 @@ import yaml
 
 from xmc.baselines.tfidf import fit_tfidf
 from xmc.data import Split, XMCDataset, save_processed
-from xmc.encoders import build_encoder
+from xmc.encoders.build import build_encoder
 from xmc.maclr.clustering import ClusterSchedule
 from xmc.maclr.corpus import load_texts_only
 from xmc.maclr.losses import label_regularisation_loss, supcon_loss

@@ -43,7 +43,7 @@ def test_every_kind_loads_and_predicts_ranked_labels_with_uids_texts_scores(pack
 def test_predictions_equal_the_models_they_were_built_from(packages):
     """The package's search = what the pipeline computes from the trained folders."""
     from xmc.baselines.tfidf import TfidfFeatures, tfidf_zero_shot
-    from xmc.encoders import load_encoder
+    from xmc.encoders.build import load_encoder
     from xmc.methods.astra import ASTRAModel
     from xmc.methods.unidec import UniDECModel, predict_spaces
 

@@ -11,7 +11,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from xmc.encoders import HashedBagOfWordsEncoder
+from xmc.encoders.bow import HashedBagOfWordsEncoder
 from xmc.errors import DataFormatError
 from xmc.graph import (AnchorSet, augment_edges, bipartite_adjacency, load_graph_dir, prune_edges,
                        random_walk_with_restart, rwr_closed_form, save_anchor_set)
@@ -23,7 +23,7 @@ from xmc.losses import DecoupledSoftmaxLoss
 from xmc.methods.ramen import GraphAnchorSampler, RamenObjective, TripletLoss, anchor_regulariser
 from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import InBatchNegatives
-from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.trainer import Trainer, TrainConfig
 from xmc.trainer.live import TrainingLog
 from xmc.trainer.checkpoint import load_checkpoint
 

@@ -125,6 +125,31 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("sklearn",
         assert json.loads(p.stdout.strip().splitlines()[-1]) == [], (name, kinds[name])
 
 
+def test_the_baselines_plan_train_package_and_predict_without_torch(packages):
+    """A run that trains no network pays for no torch import (about 2 s of every process on a busy 2-core box): the
+    plan, train, package, fuse and evaluate stages, the baselines' methods and their packages load without it."""
+    root, kinds = packages
+    lexical = sorted(n for n, kind in kinds.items() if kind in ("tfidf_zeroshot", "tfidf_knn", "label_prior", "label_names"))
+    assert {"tfidf_knn", "tfidf_zeroshot", "label_prior", "name_match_prior"} <= set(lexical), kinds
+    script = """
+import json, sys
+import stages.plan, stages.train, stages.package, stages.fuse, stages.evaluate, stages.report
+import xmc.methods.harness, xmc.package.build
+from xmc.methods import get_method
+from xmc.package import load
+for name in ("label_prior", "tfidf_zeroshot", "tfidf_knn", "name_match"):
+    get_method(name)
+for path in sys.argv[1:]:
+    assert len(load(path).predict(["He went to the bank to deposit his pay."], k=3)[0]) == 3, path
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] == "torch")))
+"""
+    p = subprocess.run([sys.executable, "-c", script, *[str(root / n) for n in lexical]], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300,
+                       env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == []
+
+
 def _top_level_imports(path: Path, module: str) -> set[str]:
     """The xmc modules imported at module level (inside if/try blocks too, not in functions)."""
     tree = ast.parse(path.read_text(encoding="utf-8"))

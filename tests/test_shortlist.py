@@ -99,7 +99,7 @@ def _verdicts(monkeypatch, fake):
 def test_the_package_stage_keeps_the_shortlist_and_the_package_serves_it(tmp_path, monkeypatch):
     import xmc
     from xmc.baselines.tfidf import TfidfFeatures
-    from xmc.encoders import load_encoder
+    from xmc.encoders.build import load_encoder
     from xmc.predictions import TopK
 
     params, ds, ws, run = _tiny_run(tmp_path, monkeypatch, "auto")

@@ -10,12 +10,12 @@ import scipy.sparse as sp
 import torch
 
 from xmc.ann import ANNIndex
-from xmc.encoders import HashedBagOfWordsEncoder
+from xmc.encoders.bow import HashedBagOfWordsEncoder
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import AllLabels, HardNegativeShortlist, InBatchNegatives
 from xmc.negatives.samplers import mine_shortlist
-from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.trainer import Trainer, TrainConfig
 from xmc.trainer.live import TrainingLog
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
@@ -525,7 +525,7 @@ def test_inverse_propensity_positive_sampling_prefers_tail_labels_at_the_expecte
 def test_trainer_runs_a_custom_objective_with_sgd_group_and_cosine_schedule(tmp_path):
     """A method's own objective plugs into the same trainer; its parts are logged; the SGD group only
     moves the rows its sparse gradient touched; the cosine schedule decays to ~0."""
-    from xmc.trainer import Objective
+    from xmc.trainer.objective import Objective
 
     texts, labels, Y = toy()
 
@@ -574,7 +574,7 @@ def test_per_epoch_monitoring_scores_the_validation_split_never_test():
     """The curves (and anything chosen from them) come from validation: the monitor holds validation queries,
     and a dataset loaded without its test split monitors just the same."""
     from xmc.data import Split, XMCDataset
-    from xmc.trainer import RetrievalEvaluator
+    from xmc.trainer.evaluator import RetrievalEvaluator
 
     Y = sp.csr_matrix(np.eye(4, 3, dtype=np.float32))
     trn = Split(["t0", "t1", "t2", "t3"], ["a", "b", "c", "d"], Y)

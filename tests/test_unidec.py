@@ -8,11 +8,11 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from xmc.encoders import HashedBagOfWordsEncoder
+from xmc.encoders.bow import HashedBagOfWordsEncoder
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.methods.unidec import (PickSomeLabelsSampler, UniDECModel, UniDECObjective, cluster_chunks,
                                 predict_spaces)
-from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.trainer import Trainer, TrainConfig
 
 
 def hand_batch():

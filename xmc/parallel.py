@@ -2,42 +2,26 @@
 
 Encoders and the ANN refresh ask whether they run under an initialised process group, and the samplers split and
 gather their work (:func:`shard_bounds`, :func:`gather_rows`); the trainer (:mod:`xmc.trainer.distributed`) adds
-sharded encoders and gradient reduction on top of this.
+sharded encoders and gradient reduction on top of this. What needs no torch (the launched ranks, shard bounds,
+the rank's exit) is :mod:`xmc.ranks`, re-exported here.
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import sys
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.distributed.nn.functional as dfn
 
-
-@dataclass(frozen=True)
-class DistContext:
-    rank: int = 0
-    world: int = 1
-    local_rank: int = 0
-
-    @property
-    def active(self) -> bool:
-        return self.world > 1
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+from xmc.ranks import DistContext, exit_rank, launched_context, shard_bounds
 
 
 def context() -> DistContext:
     """This process's place: from an initialised process group, else torchrun's environment, else one process."""
     if dist.is_available() and dist.is_initialized():
         return DistContext(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
-    return DistContext(int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
-                       int(os.environ.get("LOCAL_RANK", 0)))
+    return launched_context()
 
 
 def initialised_context() -> DistContext | None:
@@ -45,13 +29,6 @@ def initialised_context() -> DistContext | None:
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
         return context()
     return None
-
-
-def shard_bounds(n: int, world: int, rank: int) -> tuple[int, int]:
-    """Contiguous share ``[lo, hi)`` of ``n`` items for ``rank`` (the first ``n % world`` ranks take one more)."""
-    base, extra = divmod(n, world)
-    lo = rank * base + min(rank, extra)
-    return lo, lo + base + (1 if rank < extra else 0)
 
 
 def gather_rows(local: torch.Tensor, n: int, world: int) -> torch.Tensor:
@@ -81,24 +58,6 @@ def init_from_env(backend: str = "auto") -> DistContext:
             torch.cuda.set_device(ctx.local_rank)
         dist.init_process_group(backend=backend)
     return context()
-
-
-def exit_rank(code: int = 0) -> None:
-    """End this process if it is a rank of an initialised process group (else return): the group is destroyed,
-    logs and output flushed, and the process exits with ``code`` without finalising the interpreter.
-
-    Why not a normal exit: gloo's worker threads outlive ``destroy_process_group`` (torch 2.13) and may still be
-    dropping the last reference to a finished collective, whose tensors are Python objects. If the interpreter is
-    finalising by then, that thread is unwound mid-destructor and the process aborts (SIGABRT, "terminate called
-    without an active exception"), which torchrun reports as a failed rank after the model was written. Measured:
-    3 of 11 runs of the two-rank tests on 2 busy cores, in rank 1's exit, in ``AsyncAllgatherWork``'s destructor."""
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    dist.destroy_process_group()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 __all__ = ["DistContext", "context", "exit_rank", "gather_rows", "init_from_env", "initialised_context",

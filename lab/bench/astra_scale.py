@@ -46,7 +46,7 @@ def rss_mib() -> float:
 
 
 def one(method: str, n_labels: int, steps: int, batch: int, dim: int, k_h: int, k_r: int) -> dict:
-    from xmc.encoders import HashedBagOfWordsEncoder
+    from xmc.encoders.bow import HashedBagOfWordsEncoder
     from xmc.methods.astra import ASTRAModel, ASTRANegatives, ASTRAObjective, FullOvAObjective
     from xmc.machine import set_threads
     from xmc.negatives.base import CandidateBatch, positives_mask

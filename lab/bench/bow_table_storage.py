@@ -87,7 +87,7 @@ def rank_variant(model_dir: Path, kind: str, ds: Any, options: dict[str, Any], u
     rank the validation split: (figures, per-sentence contributions, the top-k label ids)."""
     from xmc.metrics.bootstrap import instance_contributions
     from xmc.package.build import predict_texts
-    from xmc.package.predictors import predictor_class
+    from xmc.package.predictor import predictor_class
     from xmc.predictions import TopK
 
     cls = predictor_class(kind, model_dir)

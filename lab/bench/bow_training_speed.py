@@ -232,7 +232,7 @@ def trainer_classes() -> tuple[Any, Any]:
     if reference_library():
         from xmc.train import Trainer, TrainConfig
     else:
-        from xmc.trainer import Trainer, TrainConfig
+        from xmc.trainer.trainer import Trainer, TrainConfig
     return Trainer, TrainConfig
 
 

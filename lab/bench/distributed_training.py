@@ -47,7 +47,7 @@ def throughput_child(a: argparse.Namespace) -> None:
     from xmc.config import load_params
     from xmc.config.runs import resolve_run
     from xmc.data import load_processed
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
     from xmc.trainer.distributed import context, init_from_env
     from xmc.workspace import product_workspace
 
@@ -58,7 +58,7 @@ def throughput_child(a: argparse.Namespace) -> None:
     Y, texts, labels = ds.trn.Y, ds.trn.texts, ds.label_texts
     steps = a.warmup + a.steps
     if a.method == "dexml_bow":
-        from xmc.encoders import build_encoder
+        from xmc.encoders.build import build_encoder
         from xmc.losses import build_loss
         from xmc.models.dual_encoder import DualEncoderModel
         from xmc.negatives import build_sampler

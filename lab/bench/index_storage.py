@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from xmc.ann import ANNIndex
     from xmc.data import load_processed
-    from xmc.encoders import load_encoder
+    from xmc.encoders.build import load_encoder
 
     ds = load_processed(a.processed, splits=("val",), without_training=True)
     enc = load_encoder(a.encoder)

@@ -75,7 +75,7 @@ def main() -> None:
     import faiss
     import torch
 
-    from xmc.encoders import build_encoder, load_encoder
+    from xmc.encoders.build import build_encoder, load_encoder
     from xmc.machine import describe_machine
 
     threads = int(os.environ.get("XMC_THREADS", os.cpu_count() or 1))

@@ -3,7 +3,7 @@
 
 Per setting: seconds per 1,000 validation texts (shortlist and re-rank), recall@100 against exact search, P@1 /
 P@5 / PSP@5 / R@100, and the paired bootstrap of P@5 against exact search and against the first setting listed.
-Validation texts only; the library's own code (:class:`xmc.package.lexical_predictors.ShortlistPredictor`'s parts).
+Validation texts only; the library's own code (:class:`xmc.package.shortlist_predictor.ShortlistPredictor`'s parts).
 
     python -m lab.bench.shortlist --workspace lab/bench/.scale/repo_100000 --run dexml_bow \\
         --out lab/bench/shortlist_1e5_dexml_bow.json

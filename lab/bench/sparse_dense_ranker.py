@@ -68,7 +68,7 @@ def embed(params: dict[str, Any], run: str, folds: int, work: Path) -> Path:
     from lab.bench.seed_study import all_runs
     from xmc.data import load_processed
     from xmc.data.dataset import Split, XMCDataset
-    from xmc.encoders import load_encoder
+    from xmc.encoders.build import load_encoder
     from xmc.io import atomic_file
     from xmc.machine import set_threads
     from xmc.methods import get_method

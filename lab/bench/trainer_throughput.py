@@ -42,12 +42,12 @@ def main() -> None:
     from transformers import TrainerCallback
 
     from xmc.data import load_processed
-    from xmc.encoders import TransformerEncoder, default_model_dir
+    from xmc.encoders.transformer import TransformerEncoder, default_model_dir
     from xmc.losses import SoftmaxLoss
     from xmc.models.dual_encoder import DualEncoderModel
     from xmc.negatives import HardNegativeShortlist, InBatchNegatives
     from xmc.peers.st_mnrl import mnrl_pairs
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
 
     ds = load_processed(a.processed)
     n_steps = a.warmup + a.steps

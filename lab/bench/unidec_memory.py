@@ -56,12 +56,12 @@ def encoder_cfg(kind: str) -> dict[str, Any]:
 
 def child(a: argparse.Namespace) -> dict[str, Any]:
     from xmc.data import load_processed
-    from xmc.encoders import build_encoder
+    from xmc.encoders.build import build_encoder
     from xmc.losses import DecoupledSoftmaxLoss
     from xmc.methods.unidec import PickSomeLabelsSampler, UniDECModel, UniDECObjective
     from xmc.models.dual_encoder import DualEncoderModel
     from xmc.negatives import AllLabels
-    from xmc.trainer import Trainer, TrainConfig
+    from xmc.trainer.trainer import Trainer, TrainConfig
 
     torch.set_num_threads(int(os.environ.get("XMC_THREADS", os.cpu_count() or 1)))
     torch.manual_seed(0)

@@ -173,7 +173,7 @@ def run_entry_point(main: Callable[[], None], finish: Callable[[int], None] | No
     whether retrying can help (2: input, 3: resource, 1: other). ``--debug`` or ``XMC_DEBUG=1`` re-raises.
 
     ``finish(code)``, when given, is called with the exit code once main has returned or failed; it may end the
-    process itself (a torchrun rank: :func:`xmc.parallel.exit_rank`)."""
+    process itself (a torchrun rank: :func:`xmc.ranks.exit_rank`)."""
     set_offline_env()
     setup_logging(os.environ.get("XMC_LOG_LEVEL", "INFO"))
     debug = os.environ.get("XMC_DEBUG", "") not in ("", "0") or "--debug" in sys.argv

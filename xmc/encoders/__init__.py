@@ -1,11 +1,7 @@
-"""Text encoders behind one interface (:class:`TextEncoder`): the hashed bag-of-words table and transformer
-(sentence-transformers / Hugging Face) folders; :mod:`xmc.encoders.cache` reuses large encodings."""
+"""Text encoders behind one interface (:class:`xmc.encoders.base.TextEncoder`): the hashed bag-of-words table
+(:mod:`~xmc.encoders.bow`) and transformer folders (:mod:`~xmc.encoders.transformer`, sentence-transformers /
+Hugging Face), built or loaded by :mod:`~xmc.encoders.build`; :mod:`~xmc.encoders.cache` reuses large encodings.
 
-from __future__ import annotations
-
-from xmc.encoders.base import TextEncoder
-from xmc.encoders.bow import HashedBagOfWordsEncoder
-from xmc.encoders.build import build_encoder, load_encoder
-from xmc.encoders.transformer import TransformerEncoder, default_model_dir
-
-__all__ = ["HashedBagOfWordsEncoder", "TextEncoder", "TransformerEncoder", "build_encoder", "default_model_dir", "load_encoder"]
+Import from the submodules: this package imports none of them, so a process that only configures the encoding
+cache (every train and package stage, the baselines' too) does not import torch.
+"""

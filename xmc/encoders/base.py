@@ -17,6 +17,7 @@ from torch import nn
 from tqdm import tqdm
 
 import xmc.encoders.cache as encode_cache
+from xmc.encoders.encoding_key import encoding_key
 from xmc.errors import ConfigError
 from xmc.lexical.names import LABEL_TEXT_VIEWS, label_text_view
 from xmc.parallel import initialised_context
@@ -75,7 +76,7 @@ class TextEncoder(nn.Module):
         store, key = encode_cache.active(), None
         # not under data parallelism: a rank that hits while another misses would skip the misser's gathers
         if out is None and store is not None and len(texts) >= store.min_texts and initialised_context() is None:
-            key = encode_cache.encoding_key(self, list(texts), side)
+            key = encoding_key(self, list(texts), side)
             hit = store.get(key) if key else None
             if hit is not None and hit.shape == (len(texts), self.dim):
                 log.info("%s %s texts: %s", f"{len(texts):,}", side, f"from the encoding cache ({store.directory})")

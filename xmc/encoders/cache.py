@@ -9,6 +9,9 @@ the way batches are formed, and the texts in order. A hit returns the stored arr
 these texts with these weights in this order computed, bit for bit; a changed weight or text is a different key.
 Outputs therefore do not depend on whether the cache was warm, which is why it is not a DVC dependency.
 
+The key itself (:func:`xmc.encoders.encoding_key.encoding_key`) reads the model's weights, so it lives beside the
+encoders; this module is only the store and its settings, which the stages apply without importing torch.
+
 Off unless configured (``params.yaml: encode_cache``, applied by the train and predict stages, or
 :func:`configure`); entries are ``<sha256>.npy`` files written atomically, the least recently used removed past
 ``max_mb`` megabytes in all (a ``make run`` on semcor stores a few hundred MB: the entries of one run stay,
@@ -17,15 +20,12 @@ whatever order DVC runs the stages in).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from xmc.io import atomic_file
 
@@ -76,40 +76,3 @@ def configure_from_params(params: dict[str, Any]) -> None:
 
 def active() -> EncodeCache | None:
     return _CACHE
-
-
-def _tokenizer_definition(tokenizer: Any) -> str:
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:   # a slow tokenizer: its class and vocabulary stand for it
-        return f"{type(tokenizer).__name__}:{sorted(tokenizer.get_vocab().items())}"
-    spec = json.loads(backend.to_str())
-    spec.pop("truncation", None)
-    spec.pop("padding", None)
-    return json.dumps(spec, sort_keys=True)
-
-
-def encoding_key(encoder: Any, texts: list[str], side: str) -> str | None:
-    """The cache key of ``encoder`` embedding ``texts`` on ``side``, or None for an encoder the cache does not
-    describe (only the transformer encoder is cached: a bag-of-words encoding costs less than hashing its table)."""
-    if getattr(encoder, "kind", "") != "transformer":
-        return None
-    import transformers   # imported here: about 1 s, and only a transformer encoder's key needs its version
-
-    h = hashlib.sha256()
-    model = encoder.query_model if side == "query" else encoder.label_model
-    head = {"kind": encoder.kind, "pooling": encoder.pooling, "side": side, "max_len": encoder.max_len[side],
-            "label_text": encoder.label_text if side == "label" else "", "torch": torch.__version__,
-            "transformers": transformers.__version__, "n": len(texts),
-            # how batches are formed changes the vectors in their last bits (other matrix shapes)
-            "batching": "token-sorted, length groups"}
-    h.update(json.dumps(head, sort_keys=True).encode())
-    h.update(_tokenizer_definition(encoder.tokenizer).encode())
-    with torch.no_grad():
-        for name, t in model.state_dict().items():
-            h.update(name.encode())
-            h.update(str(t.dtype).encode())
-            h.update(np.ascontiguousarray(t.detach().cpu().reshape(-1).view(torch.uint8).numpy()).tobytes())
-    for t in texts:
-        h.update(t.encode("utf-8", "surrogatepass"))
-        h.update(b"\x00")
-    return h.hexdigest()

@@ -1,4 +1,4 @@
-"""MACLR training through the shared :class:`xmc.trainer.Trainer`: Stage I, Stage II, few-shot.
+"""MACLR training through the shared :class:`xmc.trainer.trainer.Trainer`: Stage I, Stage II, few-shot.
 
 Stage I is a sampler (:class:`ICTClusterSampler`: ICT pairs, cluster ids from the schedule,
 M random real labels per step) plus an objective (:class:`MACLRObjective`: Eq. 2 + Eq. 3).
@@ -29,7 +29,7 @@ from xmc.maclr.pseudo import ICTPair, PseudoPairs, agreed_pairs, dense_topk, top
 from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import build_sampler
 from xmc.negatives.base import CandidateBatch, NegativeSampler
-from xmc.trainer import Trainer, TrainConfig
+from xmc.trainer.trainer import Trainer, TrainConfig
 from xmc.trainer.live import TrainingLog
 from xmc.trainer.objective import Objective
 

@@ -25,10 +25,10 @@ METHODS: dict[str, str] = {
     "maclr_fewshot": "xmc.methods.maclr:MACLRFewShotMethod",
     "st_mnrl": "xmc.methods.peers:STMNRLMethod",
     "pretrained": "xmc.methods.peers:PretrainedMethod",
-    "label_prior": "xmc.methods.peers:LabelPriorMethod",
-    "tfidf_zeroshot": "xmc.methods.peers:TfidfZeroShotMethod",
-    "tfidf_knn": "xmc.methods.peers:TfidfKNNMethod",
-    "name_match": "xmc.methods.peers:NameMatchMethod",
+    "label_prior": "xmc.methods.baselines:LabelPriorMethod",
+    "tfidf_zeroshot": "xmc.methods.baselines:TfidfZeroShotMethod",
+    "tfidf_knn": "xmc.methods.baselines:TfidfKNNMethod",
+    "name_match": "xmc.methods.baselines:NameMatchMethod",
 }
 
 

@@ -37,12 +37,13 @@ from torch import nn
 
 from xmc.config.schema import AstraModel, AstraNegatives, filled
 from xmc.data.columns import take_texts
-from xmc.encoders import TextEncoder, build_encoder
+from xmc.encoders.base import TextEncoder
+from xmc.encoders.build import build_encoder
 from xmc.errors import ConfigError
 from xmc.negatives.base import CandidateBatch, NegativeSampler
 from xmc.negatives.membership import in_csr_rows, in_padded_rows
 from xmc.negatives.samplers import drop_positives, mining_index, search_without_positives
-from xmc.methods.base import TrainerMethod, TrainingParts
+from xmc.methods.trainer_method import TrainerMethod, TrainingParts
 from xmc.models import astra as astra_files
 from xmc.trainer.candidate_scores import candidate_scores
 from xmc.trainer.distributed import context

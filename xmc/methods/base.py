@@ -1,9 +1,10 @@
 """The method interface: every method (the papers' five, the peers, the baselines) implements :class:`Method` once.
 
 * ``train(ctx, data)`` writes the trained model into ``ctx.model_dir`` and returns its training summary;
-  methods trained by the shared :class:`~xmc.trainer.Trainer` derive from :class:`TrainerMethod` and only say
-  how to *build* their parts (model, sampler, objective, how to save);
-* ``predictor_kind`` names the :mod:`xmc.package.predictors` kind that serves the saved model (written into the
+  methods trained by the shared :class:`~xmc.trainer.trainer.Trainer` derive from
+  :class:`~xmc.methods.trainer_method.TrainerMethod` and only say how to *build* their parts (model, sampler,
+  objective, how to save); this module imports no torch, so planning and the baselines' runs stay without it;
+* ``predictor_kind`` names the :mod:`xmc.package.predictor` kind that serves the saved model (written into the
   model folder, so packaging needs no method code); ``train_splits`` and ``features`` say what training reads.
 
 The harness that runs a method (:mod:`xmc.methods.harness`) is the same for every method.
@@ -11,20 +12,17 @@ The harness that runs a method (:mod:`xmc.methods.harness`) is the same for ever
 
 from __future__ import annotations
 
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-import torch
-
 from xmc.config.runs import RunSpec
 from xmc.errors import ConfigError
-from xmc.io import fault_point
-from xmc.trainer import RetrievalEvaluator, Trainer, TrainConfig
+from xmc.ranks import DistContext
 from xmc.workspace import Workspace
+
 
 def ranks_of(run: RunSpec) -> int:
     """The data-parallel ranks a run asks for: ``train.nproc_per_node``, or for MACLR's two stages their
@@ -68,64 +66,20 @@ class Method(ABC):
     train_splits: ClassVar[tuple[str, ...]] = ("trn", "val")
     #: features (:mod:`xmc.features`) training reads beyond the processed splits: ``tfidf``, ``graph``, ``maclr_pairs``
     features: ClassVar[tuple[str, ...]] = ()
-    #: the :mod:`xmc.package.predictors` kind that predicts with a trained model of this method
+    #: the :mod:`xmc.package.predictor` kind that predicts with a trained model of this method
     predictor_kind: ClassVar[str] = "dense"
 
     def splits_read(self, config: dict[str, Any]) -> tuple[str, ...]:
         """The processed splits a run of this method with ``config`` reads (default :attr:`train_splits`)."""
         return self.train_splits
 
+    def join_ranks(self, run: RunSpec, launched: DistContext) -> DistContext:
+        """Join the process group of a run torchrun launched as ``launched.world`` ranks; a method that trains in one
+        process refuses (:class:`~xmc.methods.trainer_method.DataParallelMethod` joins)."""
+        raise ConfigError(f"run {run.name!r}: method {self.name!r} trains in one process; it was launched as rank "
+                          f"{launched.rank} of {launched.world} (run it without torchrun)")
+
     @abstractmethod
     def train(self, ctx: RunContext, data: Any) -> dict[str, Any]:
         """Train on ``data`` (the splits :meth:`splits_read` names; None when it names none), write the model into
         ``ctx.model_dir`` and return the training summary (``train_seconds`` at least)."""
-
-
-@dataclass
-class TrainingParts:
-    """What a :class:`TrainerMethod` builds for the one trainer."""
-
-    model: Any
-    sampler: Any
-    objective: Any
-    fingerprint: dict[str, Any]                     # settings that make a checkpoint resumable by this run
-    save: Callable[[Path], None]                    # write the trained model into a folder
-    after_fit: Callable[[dict[str, Any]], dict[str, Any]] = field(default=lambda history: {})  # -> summary fields
-
-
-class TrainerMethod(Method):
-    """A method trained by the shared :class:`~xmc.trainer.Trainer`: it only builds its parts."""
-
-    @abstractmethod
-    def build(self, ctx: RunContext, ds: Any) -> TrainingParts:
-        """Model, sampler, objective and how to save, for the run's settings on ``ds``."""
-
-    def train(self, ctx: RunContext, ds: Any) -> dict[str, Any]:
-        cfg = ctx.config
-        torch.manual_seed(int(cfg["train"]["seed"]))
-        parts = self.build(ctx, ds)
-        evaluator, every = RetrievalEvaluator.monitoring(ds, cfg["train"], ctx.params["evaluate"])
-        trainer = Trainer(parts.model, parts.sampler, parts.objective, TrainConfig.from_params(cfg["train"]),
-                          ds.trn.texts, ctx.work_dir, evaluator=evaluator, eval_every_epochs=every,
-                          fingerprint_extra=parts.fingerprint, live=ctx.live)
-        t0 = time.perf_counter()
-        result = trainer.fit(complete=False)   # the checkpoint stays until the model is saved
-        extra = parts.after_fit(result["history"])
-        wall = time.perf_counter() - t0
-        fault_point("train.before_save")
-        parts.save(ctx.model_dir)
-        ctx.after_saved.append(trainer.complete)
-        hist = result["history"]
-        return {
-            "train_seconds": round(sum(e["seconds"] for e in hist["epochs"]), 2),  # epochs include ANN refreshes
-            "wall_seconds_this_run": round(wall, 2),
-            "epochs": len(hist["epochs"]),
-            "steps": trainer.global_step,
-            "final_loss": hist["loss"][-1]["loss"] if hist["loss"] else None,
-            "refresh_seconds": [round(s, 2) for s in getattr(parts.sampler, "refresh_seconds", [])],
-            "refreshed_at_epochs": list(getattr(parts.sampler, "refreshed_at", [])),
-            "mined_queries": list(getattr(parts.sampler, "mined_rows", [])),   # per refresh: the queries it mined
-            **extra,   # a method's own fields (and its own refresh record, where its sampler wraps another)
-            "device": str(trainer.device),
-            "last_validation": hist["val"][-1] if hist["val"] else None,
-        }

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from xmc.encoders import build_encoder
+from xmc.encoders.build import build_encoder
 from xmc.losses import build_loss
-from xmc.methods.base import RunContext, TrainerMethod, TrainingParts
+from xmc.methods.base import RunContext
+from xmc.methods.trainer_method import TrainerMethod, TrainingParts
 from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import build_sampler
 

@@ -21,8 +21,8 @@ from xmc.io import atomic_dir, fault_point
 from xmc.machine import describe_machine, set_threads
 from xmc.methods import get_method
 from xmc.methods.base import Method, RunContext
+from xmc.ranks import launched_context
 from xmc.cards import encoder_card
-from xmc.trainer.distributed import init_from_env
 from xmc.trainer.live import TrainingLog
 from xmc.trainer.memory import release_freed_memory
 from xmc.workspace import Workspace
@@ -56,7 +56,9 @@ def train_run(params: dict[str, Any], run: RunSpec, ws: Workspace, data: Any = N
     ``data``: the processed splits already in memory (``xmc train``); else read from ``ws.processed``."""
     method = get_method(run.method)
     set_threads()
-    dist_ctx = init_from_env()
+    dist_ctx = launched_context()
+    if dist_ctx.world > 1:   # torchrun launched this rank: join its group (a one-process method refuses)
+        dist_ctx = method.join_ranks(run, dist_ctx)
     splits = method.splits_read(run.config)
     if data is None and splits:
         data = load_processed(ws.processed, splits=splits)

@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from xmc.encoders import build_encoder, load_encoder
+from xmc.encoders.build import build_encoder, load_encoder
 from xmc.maclr.pseudo import PseudoPairs
 from xmc.maclr.train import fewshot_labels, restrict_columns, stage2_pseudo_matrix, train_pairs, train_stage1
-from xmc.methods.base import Method, RunContext
+from xmc.methods.base import RunContext
+from xmc.methods.trainer_method import DataParallelMethod
 
 
-class MACLRMethod(Method):
+class MACLRMethod(DataParallelMethod):
     """Stage I (ICT + multi-scale adaptive clustering + label regularisation), then Stage II self-training
     on agreed TF-IDF/dense pseudo pairs; ``epochs: 0`` skips a stage (the paper's ablations)."""
 
@@ -51,7 +52,7 @@ class MACLRMethod(Method):
         return summary
 
 
-class MACLRFewShotMethod(Method):
+class MACLRFewShotMethod(DataParallelMethod):
     """FS-XMC by label: fine-tune an encoder folder (``init``: a MACLR run or the off-the-shelf encoder) on
     the ground-truth pairs of a random ``ratio`` of the labels; evaluated on all labels."""
 

@@ -35,16 +35,16 @@ from torch import nn
 
 from xmc.data.columns import take_texts
 from xmc.data.dataset import XMCDataset
-from xmc.encoders import build_encoder
+from xmc.encoders.build import build_encoder
 from xmc.errors import ConfigError
 from xmc.graph.format import AnchorSet, discover_sets, load_graph_dir
 from xmc.graph.rwr import prune_edges
 from xmc.losses import build_loss
-from xmc.methods.base import TrainerMethod, TrainingParts
+from xmc.methods.trainer_method import TrainerMethod, TrainingParts
 from xmc.models.dual_encoder import DualEncoderModel
 from xmc.negatives import build_sampler
 from xmc.negatives.base import CandidateBatch, NegativeSampler, StepPlan
-from xmc.trainer import Objective
+from xmc.trainer.objective import Objective
 from xmc.trainer.objective import counted_rows
 
 log = logging.getLogger(__name__)

@@ -32,13 +32,14 @@ from torch import nn
 from xmc.ann import ANNIndex
 from xmc.config.schema import PickSomeLabels, UnidecLoss, UnidecModel, filled
 from xmc.data.columns import take_texts
-from xmc.encoders import TextEncoder, build_encoder, load_encoder
+from xmc.encoders.base import TextEncoder
+from xmc.encoders.build import build_encoder, load_encoder
 from xmc.errors import ConfigError
 from xmc.io import load_tensors
 from xmc.losses import DecoupledSoftmaxLoss
 from xmc.negatives.base import CandidateBatch, draw_from_rows, pool_batch
 from xmc.negatives.samplers import HardNegativeShortlist
-from xmc.methods.base import TrainerMethod, TrainingParts
+from xmc.methods.trainer_method import TrainerMethod, TrainingParts
 from xmc.models.unidec import DESCRIPTION, ENCODER, HEADS, SPACES, UniDECHeads, check_space, read_description
 from xmc.trainer.label_table import LabelTable
 from xmc.trainer.objective import Objective, counted_rows

@@ -15,14 +15,11 @@ from xmc.encoders.base import TextEncoder
 from xmc.encoders.build import load_encoder
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import load_tensors
+from xmc.models.layout import ASTRA_DESCRIPTION, is_astra_model
 
-DESCRIPTION = "astra.json"          # {"dim", "n_labels"}
+DESCRIPTION = ASTRA_DESCRIPTION
 CLASSIFIERS = "astra_classifiers.pt"  # {"W": n_labels x (dim + 1)}: weight rows with the bias in the last column
 ENCODER = "encoder"
-
-
-def is_astra_model(path: str | Path) -> bool:
-    return (Path(path) / DESCRIPTION).is_file()
 
 
 def load_astra(path: str | Path, n_labels: int, untouched: str = "zero") -> tuple[TextEncoder, np.ndarray]:

@@ -22,9 +22,10 @@ from xmc.encoders.base import TextEncoder
 from xmc.encoders.build import load_encoder
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import load_tensors
+from xmc.models.layout import UNIDEC_DESCRIPTION, is_unidec_model
 
 SPACES = ("concat", "de", "clf")
-DESCRIPTION = "unidec.json"    # {"dim", "dropout", "dropout_clf", "n_labels"}
+DESCRIPTION = UNIDEC_DESCRIPTION
 HEADS = "unidec_heads.pt"      # {"g1", "g2" state dicts, "psi": n_labels x dim}
 ENCODER = "encoder"
 
@@ -34,9 +35,6 @@ def check_space(space: str) -> str:
         raise ConfigError(f"unidec space must be one of {SPACES}, not {space!r}")
     return space
 
-
-def is_unidec_model(path: str | Path) -> bool:
-    return (Path(path) / DESCRIPTION).is_file()
 
 
 class UniDECHeads(nn.Module):

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from xmc.ann import ANNIndex
 from xmc.ann.index import recall_of
@@ -39,8 +38,7 @@ from xmc.metrics.bootstrap import (bootstrap_settings, document_codes, instance_
                                    verdict)
 from xmc.cards import dataset_licence, training_record
 from xmc.package.package import finish_package
-from xmc.package.lexical_predictors import ShortlistPredictor
-from xmc.package.predictors import Predictor, predictor_class
+from xmc.package.predictor import Predictor, predictor_class
 from xmc.predictions import TopK
 from xmc.workspace import Workspace
 
@@ -107,7 +105,7 @@ def predict_texts(predictor: Predictor, texts: Any, k: int, chunk: int = 8192) -
 def _shortlist_or_index(cls: type[Predictor], source: Path, out: Path, ds: XMCDataset, options: dict[str, Any],
                         params: dict[str, Any], mode: str, k: int, tfidf_dir: Path, chunk: int,
                         has_val: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], Any]:
-    """Build into ``out`` either a :class:`~xmc.package.lexical_predictors.ShortlistPredictor` over the run's predictor
+    """Build into ``out`` either a :class:`~xmc.package.shortlist_predictor.ShortlistPredictor` over the run's predictor
     with an exact index, or (where validation rejects the shortlist) the run's predictor with the index that
     ``index`` asks for. Both choices are made on the validation split only, by P@5 with a paired bootstrap at
     alpha 0.05:
@@ -125,7 +123,8 @@ def _shortlist_or_index(cls: type[Predictor], source: Path, out: Path, ds: XMCDa
     exact_dir = out / "exact"
     base = cls.build(source, exact_dir, ds.label_texts, {**options, "index": {**icfg, "kind": "exact", "storage": "float32"}})
     (exact_dir / "predictor.json").write_text(json.dumps(base, indent=2) + "\n")
-    section = ShortlistPredictor.build(exact_dir, out, ds.label_texts, {
+    shortlist_cls = predictor_class("shortlist", out)
+    section = shortlist_cls.build(exact_dir, out, ds.label_texts, {
         "tfidf_dir": tfidf_dir, "shortlist_k": ks[0], "max_postings_per_term": icfg["shortlist_max_postings_per_term"]})
     shutil.rmtree(exact_dir)
     record: dict[str, Any] = {"mode": mode, "shortlist_k": ks[0], "shortlist_k_candidates": ks,
@@ -136,7 +135,7 @@ def _shortlist_or_index(cls: type[Predictor], source: Path, out: Path, ds: XMCDa
     if mode == "auto" and not has_val:
         record["why"] = "no validation split predicted: nothing to decide on, the index is built"
     elif mode == "auto":
-        shortlist = ShortlistPredictor.load(out, section, ds.label_texts)
+        shortlist = shortlist_cls.load(out, section, ds.label_texts)
         texts = ds.val.texts
         metric, alpha = "P@5", 0.05
         bs = bootstrap_settings(params)
@@ -166,8 +165,7 @@ def _shortlist_or_index(cls: type[Predictor], source: Path, out: Path, ds: XMCDa
         cand, q = [], []
         for i in range(0, len(texts), chunk):
             cand.append(shortlist.shortlist.candidates(texts[i : i + chunk], ks[-1]))
-            with torch.inference_mode():
-                q.append(shortlist.query_vectors(texts[i : i + chunk]))
+            q.append(shortlist.query_vectors(texts[i : i + chunk]))
         C, Q = np.concatenate(cand), np.concatenate(q)
         shared_s = time.perf_counter() - t0
         by_k: dict[int, Any] = {}
@@ -324,8 +322,7 @@ def _timing(summary: dict[str, Any], section: dict[str, Any], predictor: Any, in
             split = next(iter(ids))
             texts = ds.split(split).texts
             m, kk = min(1000, len(texts)), min(100, ids[split].shape[1])
-            with torch.inference_mode():
-                q = predictor.query_vectors(list(texts[:m]))
+            q = predictor.query_vectors(list(texts[:m]))
             timing.update({"index_recall_at": kk, "index_recall_queries": m, "index_recall_split": split,
                            "index_recall": round(index.recall_against_exact(q, ids[split][:m], kk), 4)})
             log.info("%s index recall@%d against exact search %.4f (%d %s queries)", index.kind, kk,

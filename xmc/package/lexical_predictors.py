@@ -1,9 +1,10 @@
-"""The predictors that read text lexically: TF-IDF (zero-shot cosine, k-NN voting, the shortlist a dense
-predictor ranks), the label prior, label names, and a predictor fused with name matches (the hybrids).
+"""The predictors that read text lexically: TF-IDF (zero-shot cosine, k-NN voting), the label prior, label names,
+and a predictor fused with name matches (the hybrids, whose base predictors load through
+:func:`~xmc.package.predictor.predictor_class`).
 
-Apart from :mod:`xmc.package.predictors` because they need scikit-learn (the TF-IDF vectoriser, the fusion's
-trees: 1.2 s of imports); :func:`xmc.package.predictors.predictor_class` imports this module only for a package
-of one of these kinds.
+None of them needs torch or an encoder: :func:`xmc.package.predictor.predictor_class` imports this module for a
+package of one of these kinds, and a dense package's (or a TF-IDF shortlist's,
+:mod:`xmc.package.shortlist_predictor`) module only where one is loaded.
 """
 
 from __future__ import annotations
@@ -15,17 +16,14 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import torch
 
-from xmc.ann.shortlist import SMALL_FULL_SEARCH, TfidfShortlist, full_search, rerank
 from xmc.config.schema import TfidfKnnConfig, TfidfZeroShotConfig, filled
 from xmc.errors import ConfigError, DataFormatError
 from xmc.io import read_json_file, save_csr
 from xmc.lexical import LabelNameMatcher, parse_label_names, zero_shot_name_scores
 from xmc.lexical.hybrid import HybridRanker, fusion_from_json, hybrid_features
 from xmc.lexical.names import MODES
-from xmc.package.predictors import (PACKAGE_FILES, Predictor, _copy_tree, _inside, _link_or_copy, _search, _setting,
-                                    predictor_class)
+from xmc.package.predictor import PACKAGE_FILES, Predictor, _inside, _link_or_copy, _setting, predictor_class
 from xmc.sparse_topk import prune_postings, transposed_operand
 from xmc.tfidf import TfidfTextEncoder, knn_label_voting, label_prior_predict, tfidf_zero_shot
 
@@ -77,7 +75,7 @@ def _save_postings(src: Path, dest: Path, X: sp.csr_matrix, max_per_term: int) -
     save_csr(dest, pruned)
 
 
-def _build_tfidf_labels(tfidf: Path, out: Path, n_labels: int, max_per_term: int) -> None:
+def build_tfidf_labels(tfidf: Path, out: Path, n_labels: int, max_per_term: int) -> None:
     """The label side of a TF-IDF predictor into ``out``: the vectoriser and the label rows, postings capped."""
     _copy_vectorizer(tfidf, out)
     X = _load_csr(tfidf / "X_lbl.npz")
@@ -86,8 +84,8 @@ def _build_tfidf_labels(tfidf: Path, out: Path, n_labels: int, max_per_term: int
     _save_postings(tfidf / "X_lbl.npz", out / "X_lbl.npz", X, max_per_term)
 
 
-def _load_tfidf_labels(d: Path, n_labels: int) -> tuple[Any, sp.csr_matrix]:
-    """(vectoriser, label rows) as :func:`_build_tfidf_labels` wrote them."""
+def load_tfidf_labels(d: Path, n_labels: int) -> tuple[Any, sp.csr_matrix]:
+    """(vectoriser, label rows) as :func:`build_tfidf_labels` wrote them."""
     X = _load_csr(d / "X_lbl.npz")
     if X.shape[0] != n_labels:
         raise DataFormatError(d / "X_lbl.npz", None, f"{X.shape[0]} label rows for {n_labels} labels")
@@ -108,12 +106,12 @@ class TfidfZeroShotPredictor(Predictor):
         """``source``: the tfidf_zeroshot model folder (the TF-IDF vectoriser and label rows); ``options["config"]``:
         the run's settings."""
         cap = filled(TfidfZeroShotConfig, options.get("config"), "tfidf_zeroshot")["max_postings_per_term"]
-        _build_tfidf_labels(source, out / "tfidf", len(label_texts), cap)
+        build_tfidf_labels(source, out / "tfidf", len(label_texts), cap)
         return {"kind": cls.kind, "tfidf": "tfidf", "max_postings_per_term": cap}
 
     @classmethod
     def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> TfidfZeroShotPredictor:
-        return cls(*_load_tfidf_labels(_inside(root, section, "tfidf", "tfidf"), len(label_texts)))
+        return cls(*load_tfidf_labels(_inside(root, section, "tfidf", "tfidf"), len(label_texts)))
 
     def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         top = tfidf_zero_shot(self.vectorizer.transform(texts).tocsr(), None, k, X_label_T=self.X_label_T)
@@ -288,73 +286,6 @@ class LabelNamePredictor(Predictor):
         return D, I
 
 
-class ShortlistPredictor(Predictor):
-    """A dense predictor (``base/``: encoder + exact index, UniDEC's heads...) that ranks only each text's TF-IDF
-    shortlist (``tfidf/``: the vectoriser and the label rows, postings capped) by its own inner products
-    (:mod:`xmc.ann.shortlist`). A text with fewer than k shortlisted labels (no shared term) is searched over
-    every label instead. The prediction stage builds it above ``index.auto_exact_max`` where validation keeps it."""
-
-    kind = "shortlist"
-
-    def __init__(self, base: Predictor, shortlist: Any) -> None:
-        self.base, self.shortlist = base, shortlist
-        self._vectors: np.ndarray | None = None
-        self.full_searches = 0   # texts searched over every label (fewer than k shortlisted)
-
-    @classmethod
-    def build(cls, source: Path, out: Path, label_texts: list[str], options: dict[str, Any]) -> dict[str, Any]:
-        """``source``: a dense or UniDEC predictor folder built with an exact index (``predictor.json`` inside);
-        ``options``: ``tfidf_dir`` (the tfidf stage's output), ``shortlist_k``, ``max_postings_per_term``."""
-        base = read_json_file(source / "predictor.json", "a predictor description")
-        if base.get("kind") not in ("dense", "unidec"):
-            raise DataFormatError(source / "predictor.json", None, f"a shortlist re-ranks a dense or unidec "
-                                  f"predictor, not {base.get('kind')!r}")
-        _copy_tree(source, out / "base")
-        (out / "base" / "predictor.json").unlink(missing_ok=True)
-        cap = int(options["max_postings_per_term"])
-        _build_tfidf_labels(Path(options["tfidf_dir"]), out / "tfidf", len(label_texts), cap)
-        return {"kind": cls.kind, "base": base, "tfidf": "tfidf", "shortlist_k": int(options["shortlist_k"]),
-                "max_postings_per_term": cap}
-
-    @classmethod
-    def load(cls, root: Path, section: dict[str, Any], label_texts: list[str]) -> ShortlistPredictor:
-        base_section = section.get("base")
-        if not isinstance(base_section, dict) or base_section.get("kind") not in ("dense", "unidec"):
-            raise DataFormatError(root, None, "a shortlist predictor needs a dense or unidec base section")
-        base = predictor_class(base_section["kind"], root).load(root / "base", base_section, label_texts)
-        vectorizer, X = _load_tfidf_labels(_inside(root, section, "tfidf", "tfidf"), len(label_texts))
-        return cls(base, TfidfShortlist(vectorizer, X, _setting(section, "shortlist_k", 200, root)))
-
-    @property
-    def index(self) -> Any:
-        return self.base.index
-
-    def query_vectors(self, texts: list[str]) -> np.ndarray:
-        return self.base.query_vectors(texts)
-
-    def label_vectors(self) -> np.ndarray:
-        if self._vectors is None:
-            self._vectors = self.base.index.vectors()
-        return self._vectors
-
-    def search(self, texts: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        cand = self.shortlist.candidates(texts)
-        with torch.inference_mode():
-            q = self.query_vectors(texts)
-        return self.rank(q, cand, k)
-
-    def rank(self, q: np.ndarray, cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """The top-``k`` of each row's candidate labels (``cand``, -1 padded) by inner product with its query vector
-        ``q``; a row with fewer than ``k`` candidates is searched over every label."""
-        D, I = rerank(q, self.label_vectors(), cand, k)
-        short = np.flatnonzero((cand >= 0).sum(1) < min(k, self.index.ntotal))
-        if short.size:   # no shortlist to rank: the exact search over every label
-            self.full_searches += int(short.size)
-            D[short], I[short] = (full_search(q[short], self.label_vectors(), k) if short.size < SMALL_FULL_SEARCH
-                                  else _search(self.index, q[short], k))
-        return D, I
-
-
 class HybridPredictor(Predictor):
     """A method's predictor (``base/``) whose top-``base_k`` is merged with the labels named in the text and
     re-scored by fusion weights fit on the validation split (:mod:`xmc.lexical.hybrid`). An ensemble hybrid has
@@ -435,9 +366,8 @@ class HybridPredictor(Predictor):
         return self.ranker.rank_many(texts, [b.search(texts, self.base_k) for b in self.bases.values()], k)
 
 
-LEXICAL_PREDICTORS: dict[str, type[Predictor]] = {p.kind: p for p in (
-    TfidfZeroShotPredictor, TfidfKNNPredictor, LabelPriorPredictor, LabelNamePredictor, ShortlistPredictor,
-    HybridPredictor)}
+PREDICTORS: dict[str, type[Predictor]] = {p.kind: p for p in (
+    TfidfZeroShotPredictor, TfidfKNNPredictor, LabelPriorPredictor, LabelNamePredictor, HybridPredictor)}
 
-__all__ = ["LEXICAL_PREDICTORS", "HybridPredictor", "LabelNamePredictor", "LabelPriorPredictor", "ShortlistPredictor",
-           "TfidfKNNPredictor", "TfidfZeroShotPredictor"]
+__all__ = ["PREDICTORS", "HybridPredictor", "LabelNamePredictor", "LabelPriorPredictor", "TfidfKNNPredictor",
+           "TfidfZeroShotPredictor", "build_tfidf_labels", "load_tfidf_labels"]

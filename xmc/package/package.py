@@ -30,7 +30,7 @@ from xmc.data.lines import read_json_lines
 from xmc.errors import ConfigError, DataFormatError, XMCError
 from xmc.io import atomic_dir, read_json_file
 from xmc.cards import CARD, model_card
-from xmc.package.predictors import Predictor, kind_of_source, predictor_class
+from xmc.package.predictor import Predictor, kind_of_source, predictor_class
 
 FORMAT = "xmc-model-package"
 FORMAT_VERSION = 1

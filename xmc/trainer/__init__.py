@@ -1,7 +1,6 @@
-"""One trainer for every method: losses, objectives and samplers plug in."""
+"""One trainer for every method: losses, objectives and samplers plug in (:mod:`~xmc.trainer.trainer`,
+:mod:`~xmc.trainer.objective`, :mod:`~xmc.trainer.evaluator`).
 
-from xmc.trainer.evaluator import RetrievalEvaluator
-from xmc.trainer.objective import Objective, RetrievalObjective
-from xmc.trainer.trainer import Trainer, TrainConfig
-
-__all__ = ["Objective", "RetrievalEvaluator", "RetrievalObjective", "TrainConfig", "Trainer"]
+Import from the submodules: this package imports none of them, so the torch-free helpers here (the training log,
+memory release) stay free of torch for the processes that train no network.
+"""

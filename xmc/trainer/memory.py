@@ -52,7 +52,7 @@ def reuse_freed_memory(keep_bytes: int = 1 << 30) -> bool:
 def release_freed_memory() -> bool:
     """Collect reference cycles and give the heap's free memory back to the system (glibc's ``malloc_trim``).
 
-    Called when a training ends (``xmc.methods.base.train_run``): the raised thresholds above would otherwise keep a
+    Called when a training ends (``xmc.methods.harness.train_run``): the raised thresholds above would otherwise keep a
     finished run's freed tables resident, so a process that trains run after run (a notebook, ``bench.seed_study``)
     held the sum of them (a 7-seed ASTRA study reached 24 GB over 19 trainings and was killed) instead of one
     run's. False where malloc is not glibc's, or nothing was returned."""
