@@ -19,7 +19,7 @@ import yaml
 from lab.config import load_lab, prediction_names
 from tests.pipeline_repo import ROOT
 from xmc.config import load_params
-from xmc.config.runs import RUN_SCHEMAS, method_defaults, resolve_run, single_run
+from xmc.config.runs import RUN_SCHEMAS, RunSpec, method_defaults, resolve_run, single_run
 from xmc.errors import ConfigError
 from xmc.io import pipeline_files
 from xmc.methods import METHODS, get_method
@@ -148,6 +148,20 @@ def _calls(path: Path, name: str) -> int:
     tree = ast.parse(path.read_text())
     return sum(1 for n in ast.walk(tree) if isinstance(n, ast.Call)
                and getattr(n.func, "id", getattr(n.func, "attr", None)) == name)
+
+
+def test_only_the_data_parallel_methods_join_a_torchrun_launch():
+    """A method that splits its training over ranks joins the process group; a one-process method launched by
+    torchrun (a baseline, the MNRL peer) refuses with one line instead of training once per rank."""
+    from xmc.methods.trainer_method import DataParallelMethod
+    from xmc.ranks import DistContext
+
+    parallel = {m for m in METHODS if isinstance(get_method(m), DataParallelMethod)}
+    assert parallel == {"dexml", "ramen", "unidec", "astra", "maclr", "maclr_fewshot"}, parallel
+    for name in ("label_prior", "name_match", "st_mnrl", "pretrained"):
+        run = RunSpec(name, name)
+        with pytest.raises(ConfigError, match=f"method '{name}' trains in one process.*rank 1 of 2"):
+            get_method(name).join_ranks(run, DistContext(rank=1, world=2))
 
 
 def test_one_harness_builds_the_trainer_and_stages_stay_thin():
