@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+from importlib.metadata import version
 from typing import Any
 
 import numpy as np
 import torch
-import transformers
 
 
 def _tokenizer_definition(tokenizer: Any) -> str:
@@ -30,7 +30,8 @@ def encoding_key(encoder: Any, texts: list[str], side: str) -> str | None:
     model = encoder.query_model if side == "query" else encoder.label_model
     head = {"kind": encoder.kind, "pooling": encoder.pooling, "side": side, "max_len": encoder.max_len[side],
             "label_text": encoder.label_text if side == "label" else "", "torch": torch.__version__,
-            "transformers": transformers.__version__, "n": len(texts),
+            # the installed version, read without importing transformers (a bag-of-words process never loads it)
+            "transformers": version("transformers"), "n": len(texts),
             # how batches are formed changes the vectors in their last bits (other matrix shapes)
             "batching": "token-sorted, length groups"}
     h.update(json.dumps(head, sort_keys=True).encode())
